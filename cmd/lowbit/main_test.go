@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes lowbit in-process with args and returns what it printed to
+// stdout.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	defer func() { os.Stdout = stdout }()
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- b
+	}()
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetErr(io.Discard)
+	err = root.Execute()
+	w.Close()
+	return string(<-done), err
+}
+
+// The README's first command: synth a tiny model, then inspect it.
+func TestSynthThenInspect(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if _, err := run(t, "synth", "--arch", "qwen3", "--out", dir, "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "inspect", "--json", "--tensors", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Config struct {
+			Arch   string `json:"arch"`
+			Layers int    `json:"layers"`
+		} `json:"config"`
+		Tensors    int `json:"tensors"`
+		TensorList []struct {
+			Name string `json:"name"`
+		} `json:"tensor_list"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("inspect --json printed invalid JSON: %v\n%s", err, out)
+	}
+	if s.Config.Arch != "qwen3" || s.Config.Layers != 2 || s.Tensors != len(s.TensorList) || s.Tensors == 0 {
+		t.Errorf("inspect --json = %+v", s)
+	}
+	text, err := run(t, "inspect", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"architecture   qwen3 (Qwen3ForCausalLM)", "quantization   none", "BF16"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"inspect without path", []string{"inspect"}, "accepts 1 arg"},
+		{"unknown arch", []string{"synth", "--arch", "gpt2", "--out", "x"}, "unknown model architecture"},
+		{"bad shard size", []string{"synth", "--arch", "qwen3", "--out", "x", "--max-shard-size", "lots"}, "not a positive size"},
+		{"unknown flag", []string{"inspect", "--frobnicate", "x"}, "unknown flag"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := run(t, c.args...)
+			var ue usageError
+			if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("lowbit %v = %v, want a usage error containing %q", c.args, err, c.want)
+			}
+		})
+	}
+}
+
+func TestInspectCorruptFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.safetensors")
+	if err := os.WriteFile(path, bytes.Repeat([]byte{0xff}, 16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run(t, "inspect", path)
+	if err == nil || !strings.Contains(err.Error(), "bad.safetensors") {
+		t.Errorf("inspect of a corrupt file = %v, want an error naming the file", err)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	cases := map[string]int64{"5GB": 5e9, "500MB": 5e8, "1GiB": 1 << 30, "1048576": 1 << 20, "2 kb": 2000}
+	for in, want := range cases {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v, want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1GB", "GB", "x"} {
+		if _, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) succeeded, want error", in)
+		}
+	}
+}
