@@ -55,6 +55,16 @@ type TensorSpec struct {
 	Shape []int64
 }
 
+// Bytes returns the tensor's data bytes, or -1 when its shape overflows
+// (WriteTensors rejects such a spec).
+func (s TensorSpec) Bytes() int64 {
+	n, ok := shapeBytes(s.Shape, s.DType)
+	if !ok {
+		return -1
+	}
+	return n
+}
+
 // WriteOptions configures WriteTensors. The zero value is usable.
 type WriteOptions struct {
 	// MaxShardBytes bounds the tensor data bytes of each shard (headers not

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package checkpoint
+
+// ReleasePages is a no-op where madvise(MADV_DONTNEED) is unavailable; see
+// the Linux version.
+func ReleasePages(data []byte) {}
