@@ -118,3 +118,46 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// The README's quantize step: synth, quantize to NVFP4A16, inspect.
+func TestQuantizeCommand(t *testing.T) {
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "tiny"), filepath.Join(dir, "tiny-nvfp4")
+	if _, err := run(t, "synth", "--arch", "qwen3", "--out", src, "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := run(t, "quantize", "--model", src, "--scheme", "nvfp4a16", "--dry-run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, "14 modules quantized") || !strings.Contains(plan, "model.layers.0.self_attn.q_proj") {
+		t.Errorf("dry run printed:\n%s", plan)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatalf("--dry-run wrote %s", out)
+	}
+	if _, err := run(t, "quantize", "--model", src, "--scheme", "nvfp4a16", "--out", out, "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	text, err := run(t, "inspect", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "compressed-tensors, NVFP4A16") {
+		t.Errorf("inspect of the quantized model:\n%s", text)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"quantize", "--model", src, "--scheme", "int3", "--out", out + "2"}, "unknown scheme"},
+		{[]string{"quantize", "--model", src, "--scheme", "nvfp4", "--out", out + "2"}, "lowbit calibrate"},
+		{[]string{"quantize", "--model", out, "--scheme", "fp8-dynamic", "--out", out + "2"}, "already quantized"},
+		{[]string{"quantize", "--model", src, "--scheme", "fp8", "--kv-cache-dtype", "int8", "--out", out + "2"}, "choose auto or fp8"},
+		{[]string{"quantize", "--model", src, "--scheme", "fp8-dynamic"}, "--out is required"},
+	} {
+		if _, err := run(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("lowbit %v = %v, want an error containing %q", c.args, err, c.want)
+		}
+	}
+}
