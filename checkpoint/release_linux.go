@@ -14,7 +14,16 @@ import (
 // tensor, so that its RSS stays bounded by what it has in flight, not by
 // what it has read. Only whole pages inside data are released. It is a hint:
 // errors are ignored.
-func ReleasePages(data []byte) {
+func ReleasePages(data []byte) { advise(data, unix.MADV_DONTNEED) }
+
+// PrefetchPages asks the kernel to start reading the pages under a mapped
+// view in the background (madvise MADV_WILLNEED), so that a pass that will
+// read it soon finds it in memory instead of faulting page by page. It is a
+// hint: errors are ignored.
+func PrefetchPages(data []byte) { advise(data, unix.MADV_WILLNEED) }
+
+// advise applies advice to the whole pages inside data.
+func advise(data []byte, advice int) {
 	if len(data) == 0 {
 		return
 	}
@@ -26,5 +35,5 @@ func ReleasePages(data []byte) {
 	if last <= first {
 		return
 	}
-	_ = unix.Madvise(data[first-start:last-start], unix.MADV_DONTNEED)
+	_ = unix.Madvise(data[first-start:last-start], advice)
 }
