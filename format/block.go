@@ -146,7 +146,7 @@ func NVFP4BlockScale(blockAmax, globalScale float32, compute DType) uint8 {
 //
 //	scaleCode = NVFP4BlockScale(AbsMax(x), globalScale, compute)
 //	s         = E4M3ToFloat32(scaleCode) / globalScale   (float32)
-//	codes[i]  = E2M1(clamp(x[i] / s, -6, 6))             (x[i]/s rounded to BF16 first when compute is BF16)
+//	codes[i]  = E2M1(clamp(x[i] / s, -6, 6))             (x[i]/s in float32)
 //
 // With compute BF16, x must hold BF16 values widened to float32, as CT's
 // observers see them. A NaN in x gives the NaN scale code, and the block then
@@ -160,13 +160,10 @@ func QuantizeNVFP4Block(codes []uint8, x []float32, globalScale float32, compute
 	scaleCode = NVFP4BlockScale(AbsMax(x), globalScale, compute)
 	s := E4M3ToFloat32(scaleCode) / globalScale
 	for i, v := range x {
-		q := v / s
-		if compute == BF16 {
-			// CT's cast_to_fp4 converts its input to BF16 before its
-			// threshold comparisons: a double rounding we must repeat.
-			q = RoundBF16(q)
-		}
-		codes[i] = E2M1FromFloat32(q)
+		// Released compressed-tensors (ac8e2ba) thresholds the float32
+		// quotient; a BF16 cast before cast_to_fp4 existed only on a
+		// development branch (#774-#820).
+		codes[i] = E2M1FromFloat32(v / s)
 	}
 	return scaleCode
 }

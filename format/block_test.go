@@ -174,20 +174,19 @@ func TestQuantizeNVFP4Block(t *testing.T) {
 		}
 	}
 
-	// CT rounds x/s to BF16 before choosing the E2M1 code. With global scale
-	// 2688/5 and a block at 6 the scale saturates to 448 and s = 0.8333334;
-	// x/s is then 0.25078124 for x = 0.20898438 and 0.74999994 for x = 0.625,
-	// which BF16 turns into the ties 0.25 (to 0) and 0.75 (to 1).
+	// The element codes come from the float32 quotient x/s, whatever the
+	// compute dtype (released compressed-tensors thresholds float32; a BF16
+	// cast first, on a development branch only, would turn 0.25078124 and
+	// 0.74999994 into the ties 0.25 and 0.75 and give [7 0 2]). With global
+	// scale 2688/5 and a block at 6 the scale saturates to 448 and
+	// s = 0.8333334.
 	gs = NVFP4GlobalScale(5, F32)
 	x = []float32{6, 0.20898438, 0.625}
 	codes = codes[:3]
-	for _, tc := range []struct {
-		compute DType
-		want    [3]uint8
-	}{{F32, [3]uint8{7, 1, 1}}, {BF16, [3]uint8{7, 0, 2}}} {
-		QuantizeNVFP4Block(codes, x, gs, tc.compute)
-		if [3]uint8(codes) != tc.want {
-			t.Errorf("QuantizeNVFP4Block(%v, %v, %v) = %v, want %v", x, gs, tc.compute, codes, tc.want)
+	for _, compute := range []DType{F32, BF16} {
+		QuantizeNVFP4Block(codes, x, gs, compute)
+		if want := [3]uint8{7, 1, 1}; [3]uint8(codes) != want {
+			t.Errorf("QuantizeNVFP4Block(%v, %v, %v) = %v, want %v", x, gs, compute, codes, want)
 		}
 	}
 

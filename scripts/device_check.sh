@@ -29,7 +29,15 @@ echo "== golden files"
 python3 scripts/golden_formats.py --out "$out/formats.json" >/dev/null || fail golden_formats
 cmp -s "$out/formats.json" testdata/golden/formats.json && echo "formats.json: identical" || fail "formats.json differs"
 python3 scripts/golden_quantize.py --out "$out/golden.safetensors" >/dev/null || fail golden_quantize
-cmp -s "$out/golden.safetensors" testdata/golden/quantize/golden.safetensors && echo "quantize golden: identical" || fail "quantize golden differs"
+# safetensors writes __metadata__ in hash order, so compare tensors, not bytes.
+python3 - "$out/golden.safetensors" testdata/golden/quantize/golden.safetensors <<'PY' && echo "quantize golden: same tensors" || fail "quantize golden differs"
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
+sys.exit(0 if load(sys.argv[1]) == load(sys.argv[2]) else 1)
+PY
 
 echo "== synthetic models through transformers"
 dirs=() inspects=()

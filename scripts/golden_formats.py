@@ -276,7 +276,10 @@ def ct_formulas(torch):
         scales = torch.clamp(scales, fi.min, fi.max).to(fp8).to(torch.float32)
         scales = torch.where(scales == 0, torch.tensor(0.125, dtype=scales.dtype), scales)
         scaled = x / (scales.unsqueeze(-1) / gs)                                          # _quantize
-        q = torch.clamp(scaled, -6.0, 6.0).to(torch.bfloat16)                             # cast_to_fp4
+        # cast_to_fp4 thresholds the float32 quotient in released
+        # compressed-tensors (ac8e2ba); a BF16 cast here existed only on a
+        # development branch (#774-#820), so it is not reproduced.
+        q = torch.clamp(scaled, -6.0, 6.0)                                                 # cast_to_fp4
         sign, a = torch.sign(q), torch.abs(q)
         v = torch.where(a <= 0.25, 0.0, torch.empty_like(q))
         for th, val, inclusive in ((0.25, 0.5, False), (0.75, 1.0, True), (1.25, 1.5, False),
