@@ -28,6 +28,9 @@ for t in \
   ./checkpoint:FuzzParseIndex \
   ./checkpoint:FuzzParseConfig \
   ./checkpoint:FuzzParseQuantizationConfig \
+  ./calibrate/stats:FuzzParseName \
+  ./calibrate/stats:FuzzParseMeta \
+  ./calibrate/stats:FuzzIndexHeader \
   ./format:FuzzE4M3RoundTrip; do
   pkg=${t%%:*} name=${t##*:}
   go test -run='^$' -fuzz="^${name}\$" -fuzztime="$fuzztime" -fuzzminimizetime=1s "$pkg"
