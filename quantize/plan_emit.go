@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strings"
 
 	"github.com/lowbit-ai/lowbit/checkpoint"
 	"github.com/lowbit-ai/lowbit/format"
@@ -149,7 +148,7 @@ func (b *planBuilder) addKVScales() error {
 			attns = append(attns, m[1])
 		}
 	}
-	slices.SortFunc(attns, compareNatural)
+	slices.SortFunc(attns, checkpoint.CompareNames)
 	if len(attns) == 0 {
 		return fmt.Errorf("quantize: --kv-cache-dtype fp8: the checkpoint has no attention layers (no self_attn.k_proj)")
 	}
@@ -174,35 +173,4 @@ func (b *planBuilder) addKVScales() error {
 		}
 	}
 	return nil
-}
-
-// compareNatural orders names with numbers by value: layers.2 before layers.10.
-func compareNatural(a, b string) int {
-	for a != "" && b != "" {
-		da, db := leadingDigits(a), leadingDigits(b)
-		if da > 0 && db > 0 {
-			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
-			if c := len(na) - len(nb); c != 0 {
-				return c
-			}
-			if c := strings.Compare(na, nb); c != 0 {
-				return c
-			}
-			a, b = a[da:], b[db:]
-			continue
-		}
-		if a[0] != b[0] {
-			return int(a[0]) - int(b[0])
-		}
-		a, b = a[1:], b[1:]
-	}
-	return len(a) - len(b)
-}
-
-func leadingDigits(s string) int {
-	n := 0
-	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
-		n++
-	}
-	return n
 }

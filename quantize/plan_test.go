@@ -231,15 +231,6 @@ func TestPlanKVScaleOne(t *testing.T) {
 	}
 }
 
-func TestCompareNatural(t *testing.T) {
-	in := []string{"layers.10.a", "layers.2.a", "layers.1.b", "layers.1.a", "x"}
-	slices.SortFunc(in, compareNatural)
-	want := []string{"layers.1.a", "layers.1.b", "layers.2.a", "layers.10.a", "x"}
-	if !slices.Equal(in, want) {
-		t.Errorf("sorted = %v, want %v", in, want)
-	}
-}
-
 // Ignoring one routed expert keeps every expert of its MoE layer in BF16:
 // loaders build a layer's experts as one fused module.
 func TestPlanExpertIgnoreCoversLayer(t *testing.T) {
