@@ -31,6 +31,7 @@ for t in \
   ./calibrate/stats:FuzzParseName \
   ./calibrate/stats:FuzzParseMeta \
   ./calibrate/stats:FuzzIndexHeader \
+  ./tokenizer:FuzzEncodeDecode \
   ./format:FuzzE4M3RoundTrip; do
   pkg=${t%%:*} name=${t##*:}
   go test -run='^$' -fuzz="^${name}\$" -fuzztime="$fuzztime" -fuzzminimizetime=1s "$pkg"
