@@ -1,0 +1,151 @@
+//go:build cgo
+
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/lowbit-ai/lowbit/kernels"
+	"github.com/lowbit-ai/lowbit/kernels/kerneltest"
+	"github.com/lowbit-ai/lowbit/kernels/ref"
+)
+
+// The benchmarks use Qwen3-0.6B's linear shapes, [Out, In]: down_proj
+// 1024x3072, gate/up_proj 3072x1024 and the tied lm_head 151936x1024. GEMV
+// (T = 1, decode) reports its weight streaming rate as MB/s and as
+// %roofline, the percentage of the memory bandwidth that MemoryBandwidth
+// measures over 1 GiB with the same threads in the same run; GEMM (T = 64,
+// prefill) reports GFLOP/s. Each call uses the next of enough copies of the
+// weight to fill benchCycleBytes, so that small weights come from memory,
+// as in a model's decode step, rather than from the last-level cache.
+//
+//	go test -run '^$' -bench 'GEMV|GEMM|MemoryBandwidth' ./kernels/cpu
+
+var benchShapes = []struct{ out, in int }{{1024, 3072}, {3072, 1024}, {151936, 1024}}
+
+// benchFormats pairs each weight format with the activation quantization
+// its checkpoints use, plus NVFP4 weight-only (W4A16).
+var benchFormats = []struct {
+	f kernels.WeightFormat
+	a kernels.ActQuant
+}{
+	{kernels.WeightBF16, kernels.ActNone},
+	{kernels.WeightFP8Channel, kernels.ActFP8Token},
+	{kernels.WeightFP8Tensor, kernels.ActFP8Tensor},
+	{kernels.WeightFP8Block, kernels.ActFP8Group128},
+	{kernels.WeightNVFP4, kernels.ActNVFP4},
+	{kernels.WeightNVFP4, kernels.ActNone},
+}
+
+const benchCycleBytes = 1 << 30
+
+var roofline struct {
+	once sync.Once
+	bw   float64
+}
+
+// memoryRoofline measures the bandwidth once per run, with ops's threads.
+func memoryRoofline(b *testing.B, ops *Ops) float64 {
+	roofline.once.Do(func() {
+		roofline.bw = ops.MemoryBandwidth(1 << 30)
+		fmt.Printf("memory roofline: %.2f GB/s (%s, %d threads, 1 GiB streaming read)\n",
+			roofline.bw/1e9, ops.Name(), ops.Threads())
+	})
+	return roofline.bw
+}
+
+func BenchmarkMemoryBandwidth(b *testing.B) {
+	ops := newOps(b, "", 0)
+	var bw float64
+	for b.Loop() {
+		bw = ops.MemoryBandwidth(1 << 30)
+	}
+	b.ReportMetric(bw/1e9, "GB/s")
+}
+
+// benchWeight returns a weight of the given shape whose data repeats a
+// block of valid random values: generating 150M random weights one by one
+// would take longer than the benchmark.
+func benchWeight(f kernels.WeightFormat, act kernels.ActQuant, out, in int) *kernels.Weight {
+	rng := rand.New(rand.NewPCG(uint64(f), uint64(act)))
+	rows := min(out, 64)
+	w := randWeight(rng, f, act, 128, in) // 128 rows: a whole FP8 block row
+	full := *w
+	full.Out = out
+	full.Data = make([]byte, len(w.Data)/128*out)
+	for i := 0; i < len(full.Data); i += copy(full.Data[i:], w.Data[:len(w.Data)/128*rows]) {
+	}
+	switch f {
+	case kernels.WeightFP8Channel:
+		full.Scales = make([]float32, out)
+	case kernels.WeightFP8Block:
+		full.Scales = make([]float32, (out+127)/128*((in+127)/128))
+	case kernels.WeightNVFP4:
+		full.Scales = make([]float32, out*in/16)
+	}
+	if f != kernels.WeightBF16 && f != kernels.WeightFP8Tensor {
+		for i := 0; i < len(full.Scales); i += copy(full.Scales[i:], w.Scales) {
+		}
+	}
+	if err := full.Check(); err != nil {
+		panic(err)
+	}
+	return &full
+}
+
+func weightBytes(w *kernels.Weight) int64 { return int64(len(w.Data) + 4*len(w.Scales)) }
+
+func BenchmarkGEMV(b *testing.B) { benchMatMul(b, 1) }
+func BenchmarkGEMM(b *testing.B) { benchMatMul(b, 64) }
+
+func benchMatMul(b *testing.B, T int) {
+	ops := newOps(b, "", 0)
+	bw := memoryRoofline(b, ops)
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, fa := range benchFormats {
+		for _, sh := range benchShapes {
+			w := benchWeight(fa.f, fa.a, sh.out, sh.in)
+			ws := []*kernels.Weight{w}
+			for int64(len(ws))*weightBytes(w) < benchCycleBytes {
+				c := *w
+				c.Data, c.Scales = slices.Clone(w.Data), slices.Clone(w.Scales)
+				ws = append(ws, &c)
+			}
+			x := randn(rng, T*sh.in, 1)
+			y := make([]float32, T*sh.out)
+			name := fmt.Sprintf("%v/%v/%dx%d", fa.f, fa.a, sh.out, sh.in)
+			runtime.GC()
+			b.Run(ops.Name()+"/"+name, func(b *testing.B) {
+				b.SetBytes(weightBytes(w))
+				i := 0
+				for b.Loop() {
+					ops.MatMul(y, x, T, ws[i%len(ws)])
+					i++
+				}
+				s := b.Elapsed().Seconds()
+				if T == 1 {
+					b.ReportMetric(100*float64(weightBytes(w))*float64(b.N)/s/bw, "%roofline")
+				}
+				b.ReportMetric(2*float64(T*sh.out*sh.in)*float64(b.N)/s/1e9, "GFLOP/s")
+			})
+			// The Go reference, where it takes well under a second a call.
+			if T*sh.out*sh.in <= 1<<22 {
+				b.Run("ref/"+name, func(b *testing.B) {
+					b.SetBytes(weightBytes(w))
+					for b.Loop() {
+						ref.New().MatMul(y, x, T, w)
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkSuite runs the shared benchmarks of kernels/kerneltest (8B-class
+// shapes) on the best code path.
+func BenchmarkSuite(b *testing.B) { kerneltest.Bench(b, newOps(b, "", 0)) }

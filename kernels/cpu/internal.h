@@ -1,0 +1,175 @@
+//go:build cgo
+
+// internal.h: what the C files of kernels/cpu share and Go does not see: the
+// context, the thread pool, the target attributes of the code paths, the
+// matmul job with its per-format row kernels, activation preparation, and a
+// few fixed-order SIMD reductions.
+#ifndef LB_INTERNAL_H
+#define LB_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "lbcpu.h"
+
+#define LB_INLINE static inline __attribute__((always_inline))
+
+// x86 code paths are compiled per function, so the package builds with plain
+// gcc flags and runs on any x86-64; other architectures get the generic path.
+#if defined(__x86_64__)
+#define LB_X86 1
+#include <immintrin.h>
+#define LB_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define LB_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#endif
+
+// ---------------------------------------------------------------------------
+// threadpool.c
+
+typedef struct lb_pool lb_pool;
+
+// lb_task runs task number `task` on thread `tid` (0 is the caller).
+typedef void (*lb_task)(void *arg, int64_t task, int tid);
+
+lb_pool *lb_pool_new(int threads);
+void lb_pool_free(lb_pool *p);
+int lb_pool_threads(const lb_pool *p);
+// lb_pool_run runs tasks 0..ntasks-1, each exactly once, on the pool's
+// threads and the caller, and returns when all are done.
+void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task fn, void *arg);
+
+// ---------------------------------------------------------------------------
+// context.c
+
+struct lb_ctx {
+	int isa;
+	int threads;
+	lb_pool *pool;
+	void *scratch; // 64-byte aligned, grown on demand, never shrunk
+	size_t scratch_bytes;
+};
+
+// lb_scratch returns at least `bytes` bytes of the context's scratch memory
+// (valid until the next call), or NULL when it cannot grow.
+void *lb_scratch(lb_ctx *c, size_t bytes);
+
+// lb_tasks splits `work` units (about one multiply-add each) over the pool:
+// 1 when the work is too small to be worth waking threads for, otherwise at
+// most max_tasks, at least 4 per thread where possible.
+int64_t lb_tasks(const lb_ctx *c, double work, int64_t max_tasks);
+
+// ---------------------------------------------------------------------------
+// matmul.c and matmul_*.c
+
+// The weight rows a tile computes together, the tokens (at most), and the
+// tokens a row block walks through before moving to its next rows: the
+// block's activations stay in L2 while the weight rows are reused.
+#define LB_MM_R 4
+#define LB_MM_T 4
+#define LB_MM_TOKEN_BLOCK 64
+
+// lb_mm is one matmul after activation preparation:
+// y[t,o] = (Σ_i x[t,i]·w[o,i]) · wpost · xpost[t], where x holds the
+// effective (dequantized) activations, the row kernels apply the weight's
+// scales (matmul_*.c say where), wpost is NVFP4's global scale (1
+// otherwise) and xpost the per-token FP8 activation scales.
+typedef struct lb_mm {
+	int64_t T, in, out;
+	const float *x;     // [T, in]
+	const float *xpost; // [T], or NULL for 1
+	const uint8_t *w;   // weight data as kernels.Weight.Data
+	const float *ws;    // weight scales as kernels.Weight.Scales
+	int fmt;
+	float wpost;
+	float *y; // [T, out]
+} lb_mm;
+
+// A row kernel computes rows [o0, o1) of y for every token.
+typedef void (*lb_mm_rows)(const lb_mm *m, int64_t o0, int64_t o1);
+
+lb_mm_rows lb_mm_bf16_rows(int isa);
+lb_mm_rows lb_mm_fp8_rows(int isa);
+lb_mm_rows lb_mm_nvfp4_rows(int isa);
+
+// LB_MM_ROWS defines a row kernel from an always-inline tile function
+// TILE(m, o, nr, t, nt) that computes rows o..o+nr-1 (nr <= LB_MM_R) for
+// tokens t..t+nt-1 (nt <= NT <= LB_MM_T) with nt a compile-time constant.
+// Every output element is reduced in the same order whatever tile it falls
+// in, so results do not depend on T or on how rows are split into tasks.
+#define LB_MM_ROWS(name, attr, TILE, NT)                                                                   \
+	attr static void name(const lb_mm *m, int64_t o0, int64_t o1) {                                      \
+		for (int64_t tb = 0; tb < m->T; tb += LB_MM_TOKEN_BLOCK) {                                     \
+			int64_t te = tb + LB_MM_TOKEN_BLOCK < m->T ? tb + LB_MM_TOKEN_BLOCK : m->T;          \
+			for (int64_t o = o0; o < o1; o += LB_MM_R) {                                         \
+				int nr = o1 - o < LB_MM_R ? (int)(o1 - o) : LB_MM_R;                         \
+				int64_t t = tb;                                                              \
+				for (; t + NT <= te; t += NT) TILE(m, o, nr, t, NT);                         \
+				switch (te - t) {                                                            \
+				case 3: TILE(m, o, nr, t, 3); break;                                         \
+				case 2: TILE(m, o, nr, t, 2); break;                                         \
+				case 1: TILE(m, o, nr, t, 1); break;                                         \
+				}                                                                            \
+			}                                                                                    \
+		}                                                                                            \
+	}
+
+// lb_prefetch asks for the cache line at p, into L1 (lb_prefetch) or L2
+// (lb_prefetch_l2). The tiles use it to stream the next tile's weights (the
+// next LB_MM_R rows, contiguous in memory) while they compute on this one:
+// rows of a few KiB are too short for the hardware prefetchers to lock on.
+// BF16 tiles, twice as large as FP8 ones, go to L2 so as not to evict the
+// current tile from L1 (measured: 24 vs 17 GB/s a core). It never faults,
+// past the end of the weight included.
+#define lb_prefetch(p) __builtin_prefetch((const void *)(p), 0, 3)
+#define lb_prefetch_l2(p) __builtin_prefetch((const void *)(p), 0, 2)
+
+// lb_mm_store writes one finished output element.
+LB_INLINE void lb_mm_store(const lb_mm *m, int64_t t, int64_t o, float dot) {
+	float xpost = m->xpost ? m->xpost[t] : 1.0f;
+	m->y[t * m->out + o] = dot * m->wpost * xpost;
+}
+
+// ---------------------------------------------------------------------------
+// act_quant.c
+
+// lb_act_prep quantizes each row of x [T, in] as `act` requires, writing the
+// effective activations to xe [T, in] and, for the per-token and per-tensor
+// FP8 schemes, the per-token scales to post [T] (set *has_post).
+void lb_act_prep(lb_ctx *c, float *xe, float *post, int *has_post, const float *x, int64_t T, int64_t in,
+                 int act, float input_scale);
+
+// ---------------------------------------------------------------------------
+// Fixed-order horizontal sums: halves are added pairwise down to one lane.
+
+LB_INLINE float lb_hsum8(const float a[8]) {
+	float b0 = a[0] + a[4], b1 = a[1] + a[5], b2 = a[2] + a[6], b3 = a[3] + a[7];
+	return (b0 + b2) + (b1 + b3);
+}
+
+#ifdef LB_X86
+LB_INLINE LB_AVX2 float lb_hsum_avx2(__m256 v) {
+	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+	a = _mm_add_ss(a, _mm_movehdup_ps(a));
+	return _mm_cvtss_f32(a);
+}
+
+LB_INLINE LB_AVX512 float lb_hsum_avx512(__m512 v) {
+	__m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+	__m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	b = _mm_add_ss(b, _mm_movehdup_ps(b));
+	return _mm_cvtss_f32(b);
+}
+
+// lb_tail_mask16 has the low n bits set (0 <= n <= 16).
+LB_INLINE __mmask16 lb_tail_mask16(int64_t n) { return (__mmask16)((1u << n) - 1); }
+
+// lb_tail_mask8 has lanes 0..n-1 all ones (0 <= n <= 8), for maskload.
+LB_INLINE LB_AVX2 __m256i lb_tail_mask8(int64_t n) {
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
+#endif

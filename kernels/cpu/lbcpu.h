@@ -1,0 +1,65 @@
+//go:build cgo
+
+// lbcpu.h: the entry points of kernels/cpu that Go calls, one per op, and
+// nothing else. Every function takes plain pointers and sizes, returns an
+// int status (LB_OK or an LB_ERR_* code) unless it cannot fail, and keeps no
+// pointer after it returns. Shapes are checked in Go (ops.go) before the
+// call; the C side trusts them. Tensors are row-major float32 unless a
+// comment says otherwise.
+#ifndef LBCPU_H
+#define LBCPU_H
+
+#include <stdint.h>
+
+// Code paths, best last. The numbers are Go's too (ops.go).
+enum { LB_ISA_GENERIC = 0, LB_ISA_AVX2 = 1, LB_ISA_AVX512 = 2 };
+
+// Status codes.
+enum { LB_OK = 0, LB_ERR_NOMEM = 1, LB_ERR_ISA = 2, LB_ERR_THREADS = 3 };
+
+// Weight formats and activation quantizations, as kernels.WeightFormat and
+// kernels.ActQuant number them (ops.go maps them explicitly).
+enum { LB_W_BF16 = 1, LB_W_FP8_CHANNEL = 2, LB_W_FP8_TENSOR = 3, LB_W_FP8_BLOCK = 4, LB_W_NVFP4 = 5 };
+enum { LB_A_NONE = 0, LB_A_FP8_TOKEN = 1, LB_A_FP8_TENSOR = 2, LB_A_FP8_GROUP128 = 3, LB_A_NVFP4 = 4 };
+
+typedef struct lb_ctx lb_ctx;
+
+// cpu_features.c
+int lb_isa_supported(int isa);
+
+// context.c: a context owns the thread pool (threads workers including the
+// calling thread) and the scratch memory of one code path.
+int lb_ctx_new(lb_ctx **out, int isa, int threads);
+void lb_ctx_free(lb_ctx *c);
+
+// matmul.c: y[T, out] = x[T, in] · wᵀ with the weight format and activation
+// quantization of kernels.Weight.
+int lb_matmul(lb_ctx *c, float *y, const float *x, int64_t T, int fmt, int64_t out, int64_t in,
+              const uint8_t *data, const float *scales, float global_scale, int act, float input_scale);
+
+// rmsnorm.c
+void lb_rmsnorm(lb_ctx *c, float *y, const float *x, const float *w, int64_t T, int64_t D, float eps,
+                int zero_centered);
+
+// rope.c
+int lb_rope(lb_ctx *c, float *x, int64_t T, int64_t heads, int64_t head_dim, int64_t rotary_dim,
+            const int32_t *pos, double theta);
+
+// attention.c
+int lb_attention(lb_ctx *c, float *out, const float *q, const float *k, const float *v, int64_t T,
+                 int64_t start, int64_t H, int64_t KVH, int64_t Dh, float scale);
+
+// silu_mul.c, add.c, log_softmax.c
+void lb_silu_mul(lb_ctx *c, float *out, const float *gate, const float *up, int64_t n);
+void lb_add(lb_ctx *c, float *out, const float *a, const float *b, int64_t n);
+void lb_log_softmax(lb_ctx *c, float *out, const float *logits, int64_t T, int64_t V);
+
+// bandwidth.c: bytes/s of a multi-threaded streaming read of a buffer of
+// about `bytes` bytes, or 0 when it cannot be allocated.
+double lb_memory_bandwidth(lb_ctx *c, int64_t bytes);
+
+// act_quant.c, for tests: dst[i] = decode(encode(src[i])) for E4M3 (kind 0,
+// saturating) or E2M1 (kind 1) with the given code path's routine.
+void lb_round_minifloat(int isa, int kind, float *dst, const float *src, int64_t n);
+
+#endif

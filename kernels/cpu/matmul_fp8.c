@@ -1,0 +1,273 @@
+//go:build cgo
+
+// matmul_fp8.c: the row kernels of MatMul for FP8 (E4M3) weights, with one
+// scale per row (WeightFP8Channel), per tensor (WeightFP8Tensor) or per
+// 128×128 block (WeightFP8Block).
+//
+// Computes: y[t,o] = Σ_i x[t,i]·w[o,i] for rows [o0, o1) and every token,
+// with w[o,i] = e4m3(code)·scale, the scales applied where they are common
+// to a part of the sum rather than to each weight (decoding, not memory,
+// limits FP8 decode, and a multiply per weight costs a quarter of it):
+//   per row or per tensor: y = (Σ_i x·e4m3(code))·scale;
+//   128×128 blocks:        y = Σ_c s_c·(Σ_{i in chunk c} x·e4m3(code)), each
+//                          128-column chunk's partial sum folded in with one
+//                          FMA, as block-scaled GEMMs on GPUs do.
+// Both differ from multiplying each weight by its scale only by float32
+// rounding (kerneltest's MatMul tolerance allows for it).
+//
+// Decoding is exact for all 256 codes, NaNs (0x7F, 0xFF) included. _generic
+// reads a 256-entry table. The SIMD paths move the code's bits into an IEEE
+// half, whose exponent field is one bit wider with bias 15 instead of 7:
+// sign-extended code << 7, masked to 0xBF80, is the half of value·2^-8, E4M3
+// subnormals becoming half subnormals; only code 0x7F has all seven low bits
+// set, so adding 0x80 carries into bit 14 exactly for the NaNs, and OR-ing
+// that carry in gives the half an all-ones exponent (NaN). vcvtph2ps widens
+// exactly, and the 2^-8 is folded into the scale (scale·256 is exact):
+// products and sums of value·2^-8 round like those of value, scaled by a
+// power of two.
+//
+// Layout: Data [out, in] one code per byte, row-major; Scales per the
+// format (kernels.Weight); x [T, in], y [T, out].
+//
+// Variants and reduction order: as matmul_bf16.c (tiles of LB_MM_R rows ×
+// LB_MM_T tokens, one accumulator of L lanes per output, element i in lane
+// i mod L, pairwise final sum; L = 16, 8, 8 for _avx512, _avx2, _generic),
+// with block chunks summed lane-wise into fresh partials first.
+//
+// Tested by TestMatMul, TestDecodeAllCodes, TestBatchInvariance and kerneltest;
+// benchmarked by BenchmarkGEMV/fp8-* and BenchmarkGEMM/fp8-*.
+#include <math.h>
+#include <pthread.h>
+
+#include "internal.h"
+
+static float e4m3_table[256];
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+
+static void e4m3_init(void) {
+	for (int c = 0; c < 256; c++) {
+		int mag = c & 0x7F;
+		float v;
+		if (mag == 0x7F)
+			v = NAN;
+		else if (mag < 8)
+			v = ldexpf((float)mag, -9);
+		else
+			v = ldexpf((float)(8 | (mag & 7)), (mag >> 3) - 10);
+		e4m3_table[c] = c & 0x80 ? -v : v;
+	}
+}
+
+// fp8_scales points sp[r] at the first scale of each tile row and returns
+// the step between the scales of consecutive 128-column chunks: 1 for
+// blocks, 0 for a row or tensor scale, which the tiles apply at the end.
+LB_INLINE int64_t fp8_scales(const lb_mm *m, int64_t o, int nr, const float *sp[LB_MM_R]) {
+	for (int r = 0; r < LB_MM_R; r++) {
+		int64_t row = o + (r < nr ? r : 0);
+		switch (m->fmt) {
+		case LB_W_FP8_TENSOR:
+			sp[r] = m->ws;
+			break;
+		case LB_W_FP8_CHANNEL:
+			sp[r] = m->ws + row;
+			break;
+		default:
+			sp[r] = m->ws + (row / 128) * ((m->in + 127) / 128);
+		}
+	}
+	return m->fmt == LB_W_FP8_BLOCK;
+}
+
+// Each path has a span function that accumulates x·value over columns
+// [i, end) of the tile's rows into acc (one accumulator per token and row),
+// and a tile that calls it once for the whole row (row or tensor scale) or
+// once per 128-column chunk into fresh partial sums, which it then folds
+// into acc times the chunk's scale.
+
+LB_INLINE void fp8_span_generic(float acc[LB_MM_T][LB_MM_R][8], const uint8_t *const w[LB_MM_R],
+                                const float *const x[LB_MM_T], const uint8_t *next, int64_t i, int64_t end,
+                                const int nt) {
+	for (; i + 8 <= end; i += 8) {
+		lb_prefetch(next + 4 * i);
+		float wv[LB_MM_R][8];
+		for (int r = 0; r < LB_MM_R; r++)
+			for (int l = 0; l < 8; l++) wv[r][l] = e4m3_table[w[r][i + l]];
+		for (int j = 0; j < nt; j++)
+			for (int r = 0; r < LB_MM_R; r++)
+				for (int l = 0; l < 8; l++) acc[j][r][l] += x[j][i + l] * wv[r][l];
+	}
+	for (int l = 0; i + l < end; l++)
+		for (int r = 0; r < LB_MM_R; r++) {
+			float wv = e4m3_table[w[r][i + l]];
+			for (int j = 0; j < nt; j++) acc[j][r][l] += x[j][i + l] * wv;
+		}
+}
+
+LB_INLINE void fp8_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+	const int64_t in = m->in;
+	const uint8_t *w[LB_MM_R];
+	const float *sp[LB_MM_R];
+	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0)) * in;
+	int64_t step = fp8_scales(m, o, nr, sp);
+	const uint8_t *next = m->w + (o + LB_MM_R) * in;
+	const float *x[LB_MM_T];
+	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
+	float acc[LB_MM_T][LB_MM_R][8];
+	memset(acc, 0, sizeof acc);
+	if (step) {
+		for (int64_t c = 0, i = 0; i < in; c++, i += 128) {
+			float part[LB_MM_T][LB_MM_R][8];
+			memset(part, 0, sizeof part);
+			fp8_span_generic(part, w, x, next, i, i + 128 < in ? i + 128 : in, nt);
+			for (int j = 0; j < nt; j++)
+				for (int r = 0; r < LB_MM_R; r++)
+					for (int l = 0; l < 8; l++) acc[j][r][l] += part[j][r][l] * sp[r][c];
+		}
+	} else {
+		fp8_span_generic(acc, w, x, next, 0, in, nt);
+	}
+	for (int j = 0; j < nt; j++)
+		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r, lb_hsum8(acc[j][r]) * (step ? 1.0f : *sp[r]));
+}
+
+LB_MM_ROWS(fp8_rows_generic, , fp8_tile_generic, LB_MM_T)
+
+#ifdef LB_X86
+// e4m3x16_avx512 decodes 16 codes to value·2^-8 (see the header).
+LB_INLINE LB_AVX512 __m512 e4m3x16_avx512(__m128i b) {
+	__m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16((short)0xBF80));
+	__m256i nan = _mm256_and_si256(_mm256_add_epi16(h, _mm256_set1_epi16(0x80)), _mm256_set1_epi16(0x4000));
+	return _mm512_cvtph_ps(_mm256_or_si256(h, nan));
+}
+
+LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
+                                         const float *const x[LB_MM_T], const uint8_t *next, int64_t i,
+                                         int64_t end, const int nt) {
+	__m512 wv[LB_MM_R];
+	for (; i + 16 <= end; i += 16) {
+		lb_prefetch(next + 4 * i);
+		for (int r = 0; r < LB_MM_R; r++) wv[r] = e4m3x16_avx512(_mm_loadu_si128((const __m128i *)(w[r] + i)));
+		for (int j = 0; j < nt; j++) {
+			__m512 xv = _mm512_loadu_ps(x[j] + i);
+			for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm512_fmadd_ps(xv, wv[r], acc[j][r]);
+		}
+	}
+	if (i < end) {
+		__mmask16 k = lb_tail_mask16(end - i);
+		for (int r = 0; r < LB_MM_R; r++) wv[r] = e4m3x16_avx512(_mm_maskz_loadu_epi8(k, w[r] + i));
+		for (int j = 0; j < nt; j++) {
+			__m512 xv = _mm512_maskz_loadu_ps(k, x[j] + i);
+			for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm512_fmadd_ps(xv, wv[r], acc[j][r]);
+		}
+	}
+}
+
+LB_INLINE LB_AVX512 void fp8_tile_avx512(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+	const int64_t in = m->in;
+	const uint8_t *w[LB_MM_R];
+	const float *sp[LB_MM_R];
+	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0)) * in;
+	int64_t step = fp8_scales(m, o, nr, sp);
+	const uint8_t *next = m->w + (o + LB_MM_R) * in;
+	const float *x[LB_MM_T];
+	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
+	__m512 acc[LB_MM_T][LB_MM_R];
+	for (int j = 0; j < nt; j++)
+		for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm512_setzero_ps();
+	if (step) {
+		for (int64_t c = 0, i = 0; i < in; c++, i += 128) {
+			__m512 part[LB_MM_T][LB_MM_R];
+			for (int j = 0; j < nt; j++)
+				for (int r = 0; r < LB_MM_R; r++) part[j][r] = _mm512_setzero_ps();
+			fp8_span_avx512(part, w, x, next, i, i + 128 < in ? i + 128 : in, nt);
+			for (int r = 0; r < LB_MM_R; r++) {
+				__m512 sc = _mm512_set1_ps(sp[r][c] * 256.0f);
+				for (int j = 0; j < nt; j++) acc[j][r] = _mm512_fmadd_ps(part[j][r], sc, acc[j][r]);
+			}
+		}
+	} else {
+		fp8_span_avx512(acc, w, x, next, 0, in, nt);
+	}
+	for (int j = 0; j < nt; j++)
+		for (int r = 0; r < nr; r++)
+			lb_mm_store(m, t + j, o + r, lb_hsum_avx512(acc[j][r]) * (step ? 1.0f : *sp[r] * 256.0f));
+}
+
+LB_MM_ROWS(fp8_rows_avx512, LB_AVX512, fp8_tile_avx512, LB_MM_T)
+
+// e4m3x8_avx2 decodes the 8 codes in the low half of b to value·2^-8.
+LB_INLINE LB_AVX2 __m256 e4m3x8_avx2(__m128i b) {
+	__m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7), _mm_set1_epi16((short)0xBF80));
+	__m128i nan = _mm_and_si128(_mm_add_epi16(h, _mm_set1_epi16(0x80)), _mm_set1_epi16(0x4000));
+	return _mm256_cvtph_ps(_mm_or_si128(h, nan));
+}
+
+LB_INLINE LB_AVX2 void fp8_span_avx2(__m256 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
+                                     const float *const x[LB_MM_T], const uint8_t *next, int64_t i, int64_t end,
+                                     const int nt) {
+	__m256 wv[LB_MM_R];
+	for (; i + 8 <= end; i += 8) {
+		lb_prefetch(next + 4 * i);
+		for (int r = 0; r < LB_MM_R; r++) wv[r] = e4m3x8_avx2(_mm_loadl_epi64((const __m128i *)(w[r] + i)));
+		for (int j = 0; j < nt; j++) {
+			__m256 xv = _mm256_loadu_ps(x[j] + i);
+			for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm256_fmadd_ps(xv, wv[r], acc[j][r]);
+		}
+	}
+	if (i < end) {
+		__m256i k = lb_tail_mask8(end - i);
+		for (int r = 0; r < LB_MM_R; r++) {
+			uint8_t tail[16] = {0};
+			memcpy(tail, w[r] + i, (size_t)(end - i));
+			wv[r] = e4m3x8_avx2(_mm_loadl_epi64((const __m128i *)tail));
+		}
+		for (int j = 0; j < nt; j++) {
+			__m256 xv = _mm256_maskload_ps(x[j] + i, k);
+			for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm256_fmadd_ps(xv, wv[r], acc[j][r]);
+		}
+	}
+}
+
+LB_INLINE LB_AVX2 void fp8_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+	const int64_t in = m->in;
+	const uint8_t *w[LB_MM_R];
+	const float *sp[LB_MM_R];
+	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0)) * in;
+	int64_t step = fp8_scales(m, o, nr, sp);
+	const uint8_t *next = m->w + (o + LB_MM_R) * in;
+	const float *x[LB_MM_T];
+	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
+	__m256 acc[LB_MM_T][LB_MM_R];
+	for (int j = 0; j < nt; j++)
+		for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm256_setzero_ps();
+	if (step) {
+		for (int64_t c = 0, i = 0; i < in; c++, i += 128) {
+			__m256 part[LB_MM_T][LB_MM_R];
+			for (int j = 0; j < nt; j++)
+				for (int r = 0; r < LB_MM_R; r++) part[j][r] = _mm256_setzero_ps();
+			fp8_span_avx2(part, w, x, next, i, i + 128 < in ? i + 128 : in, nt);
+			for (int r = 0; r < LB_MM_R; r++) {
+				__m256 sc = _mm256_set1_ps(sp[r][c] * 256.0f);
+				for (int j = 0; j < nt; j++) acc[j][r] = _mm256_fmadd_ps(part[j][r], sc, acc[j][r]);
+			}
+		}
+	} else {
+		fp8_span_avx2(acc, w, x, next, 0, in, nt);
+	}
+	for (int j = 0; j < nt; j++)
+		for (int r = 0; r < nr; r++)
+			lb_mm_store(m, t + j, o + r, lb_hsum_avx2(acc[j][r]) * (step ? 1.0f : *sp[r] * 256.0f));
+}
+
+LB_MM_ROWS(fp8_rows_avx2, LB_AVX2, fp8_tile_avx2, 2)
+#endif
+
+lb_mm_rows lb_mm_fp8_rows(int isa) {
+	pthread_once(&e4m3_once, e4m3_init);
+#ifdef LB_X86
+	if (isa == LB_ISA_AVX512) return fp8_rows_avx512;
+	if (isa == LB_ISA_AVX2) return fp8_rows_avx2;
+#endif
+	(void)isa;
+	return fp8_rows_generic;
+}

@@ -1,0 +1,17 @@
+//go:build cgo
+
+package cpu
+
+// #include "lbcpu.h"
+import "C"
+
+// roundMinifloat sets dst[i] to src[i] rounded to E4M3 (kind 0, saturating)
+// or E2M1 (kind 1) by the activation quantizer of the named code path. It
+// exists for the tests, which cannot use cgo themselves.
+func roundMinifloat(isa string, kind int, dst, src []float32) {
+	id, ok := isaID(isa)
+	if !ok || len(dst) < len(src) {
+		panic("cpu: roundMinifloat: bad arguments")
+	}
+	C.lb_round_minifloat(C.int(id), C.int(kind), fp(dst), fp(src), C.int64_t(len(src)))
+}
