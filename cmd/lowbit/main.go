@@ -57,7 +57,7 @@ func newRootCmd() *cobra.Command {
 			stopProfile()
 		}
 	}
-	root.AddCommand(newInspectCmd(), newSynthCmd(), newQuantizeCmd())
+	root.AddCommand(newInspectCmd(), newSynthCmd(), newQuantizeCmd(), newGenerateCmd())
 	return root
 }
 
