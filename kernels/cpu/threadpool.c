@@ -5,33 +5,39 @@
 //
 // Computes: lb_pool_run(p, n, fn, arg) calls fn(arg, i, tid) for i < n, each
 // exactly once, on the pool's workers and the calling thread (tid 0), and
-// returns when every call has returned. Tasks are handed out in order from
-// an atomic counter, so a slow thread takes fewer of them.
+// returns when every call has returned. Tasks are handed out in order, so a
+// slow thread takes fewer of them.
 //
 // Layout: the pool holds threads-1 workers, created by lb_pool_new and
-// joined by lb_pool_free. A job is published by bumping a generation
-// counter; every worker checks in for every job (the `pending` count), so a
-// job's fields are never rewritten while a worker may still read them.
-// Workers spin for about LB_SPIN_NS after a job before sleeping on a
-// condition variable, so that back-to-back ops of a decode step do not pay
-// for a wake-up each; they never spin when the pool has more threads than
-// the machine has CPUs. Workers block all signals: they never run Go code.
+// joined by lb_pool_free. A job is published as one 64-bit word, its
+// generation in the high half and the next task's index in the low half;
+// a thread takes task i by a compare-and-swap of (gen, i) to (gen, i+1),
+// which fails once a newer job has replaced the word, so a worker that
+// wakes late can neither block a job nor take a task of the wrong one. The
+// caller waits only until the job's tasks are done, not for every worker:
+// a descheduled worker (a busy machine, the Go runtime's own threads) costs
+// a job nothing unless it holds a task. Workers spin for about LB_SPIN_NS
+// after a job before sleeping on a condition variable, so that the ops of
+// a decode step do not each pay for a wake-up; they never spin when the
+// pool has more threads than the machine has CPUs. A caller whose wait
+// drags on yields its CPU. Workers block all signals: they never run Go
+// code.
 //
 // Which thread runs a task never changes a result: the ops give each task
 // a fixed part of the output and fix every reduction's order inside it.
 //
-// Tested by TestThreadsInvariance (results bit-identical for 1, 2 and 3
-// threads) and by every op test.
+// Tested by TestThreadsInvariance (results bit-identical for 1, 2, 3 and 5
+// threads, more threads than CPUs included) and by every op test.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE // pthreads, clock_gettime, madvise
 #endif
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-#include <sched.h>
 
 #include "internal.h"
 
@@ -51,16 +57,16 @@ struct lb_pool {
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	_Atomic uint64_t gen;
 	_Atomic int sleepers;
-	_Atomic int pending;
 	_Atomic int stop;
 
-	// The current job, written before gen is bumped.
-	lb_task fn;
-	void *arg;
-	int64_t ntasks;
-	_Atomic int64_t next;
+	// The current job: work is gen << 32 | next task; fn, arg and ntasks
+	// are written before work publishes a new generation.
+	_Atomic uint64_t work;
+	_Atomic(lb_task) fn;
+	_Atomic(void *) arg;
+	_Atomic int64_t ntasks;
+	_Atomic int64_t done;
 };
 
 static inline void cpu_relax(void) {
@@ -75,21 +81,34 @@ static int64_t now_ns(void) {
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void run_tasks(lb_pool *p, int tid) {
+// run_tasks takes and runs tasks of generation gen until none is left.
+static void run_tasks(lb_pool *p, uint32_t gen, int tid) {
+	uint64_t w = atomic_load(&p->work);
 	for (;;) {
-		int64_t i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-		if (i >= p->ntasks) return;
-		p->fn(p->arg, i, tid);
+		if ((uint32_t)(w >> 32) != gen) return;
+		int64_t i = (int64_t)(uint32_t)w;
+		lb_task fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+		void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+		if (i >= atomic_load_explicit(&p->ntasks, memory_order_relaxed)) return;
+		// On failure w is reloaded: another thread took task i, or a new
+		// job replaced this one (then fn and arg may be stale, unused).
+		if (atomic_compare_exchange_weak(&p->work, &w, w + 1)) {
+			fn(arg, i, tid);
+			atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+			w = atomic_load(&p->work);
+		}
 	}
 }
 
+static uint32_t gen_of(lb_pool *p) { return (uint32_t)(atomic_load(&p->work) >> 32); }
+
 // wait_job returns the generation of the next job after `seen`, or of the
 // stop request.
-static uint64_t wait_job(lb_pool *p, uint64_t seen) {
+static uint32_t wait_job(lb_pool *p, uint32_t seen) {
 	if (p->spin) {
 		int64_t deadline = now_ns() + LB_SPIN_NS;
 		for (uint32_t i = 1;; i++) {
-			uint64_t g = atomic_load(&p->gen);
+			uint32_t g = gen_of(p);
 			if (g != seen) return g;
 			cpu_relax();
 			if ((i & 1023) == 0 && now_ns() > deadline) break;
@@ -97,8 +116,8 @@ static uint64_t wait_job(lb_pool *p, uint64_t seen) {
 	}
 	pthread_mutex_lock(&p->mu);
 	atomic_fetch_add(&p->sleepers, 1);
-	uint64_t g;
-	while ((g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->cv, &p->mu);
+	uint32_t g;
+	while ((g = gen_of(p)) == seen) pthread_cond_wait(&p->cv, &p->mu);
 	atomic_fetch_sub(&p->sleepers, 1);
 	pthread_mutex_unlock(&p->mu);
 	return g;
@@ -110,20 +129,20 @@ static void *worker_main(void *a) {
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	uint64_t seen = 0;
+	uint32_t seen = 0;
 	for (;;) {
 		seen = wait_job(p, seen);
 		if (atomic_load(&p->stop)) return NULL;
-		run_tasks(p, w->id);
-		atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+		run_tasks(p, seen, w->id);
 	}
 }
 
-// wake publishes a new generation and wakes sleeping workers. The seq_cst
-// order of gen and sleepers means a worker about to sleep either sees the
-// new generation or is counted in sleepers and gets the broadcast.
-static void wake(lb_pool *p) {
-	atomic_fetch_add(&p->gen, 1);
+// publish starts generation gen with ntasks tasks and wakes sleeping
+// workers. The seq_cst order of work and sleepers means a worker about to
+// sleep either sees the new generation or is counted in sleepers and gets
+// the broadcast.
+static void publish(lb_pool *p, uint32_t gen) {
+	atomic_store(&p->work, (uint64_t)gen << 32);
 	if (atomic_load(&p->sleepers) > 0) {
 		pthread_mutex_lock(&p->mu);
 		pthread_cond_broadcast(&p->cv);
@@ -160,7 +179,7 @@ lb_pool *lb_pool_new(int threads) {
 void lb_pool_free(lb_pool *p) {
 	if (!p) return;
 	atomic_store(&p->stop, 1);
-	wake(p);
+	publish(p, gen_of(p) + 1);
 	for (int i = 1; i <= p->started; i++) pthread_join(p->tids[i], NULL);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
@@ -177,15 +196,15 @@ void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task fn, void *arg) {
 		for (int64_t i = 0; i < ntasks; i++) fn(arg, i, 0);
 		return;
 	}
-	p->fn = fn;
-	p->arg = arg;
-	p->ntasks = ntasks;
-	atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->pending, p->threads - 1, memory_order_relaxed);
-	wake(p);
-	run_tasks(p, 0);
-	for (uint32_t i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) != 0; i++) {
+	uint32_t gen = gen_of(p) + 1;
+	atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&p->ntasks, ntasks, memory_order_relaxed);
+	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+	publish(p, gen);
+	run_tasks(p, gen, 0);
+	for (uint32_t i = 1; atomic_load_explicit(&p->done, memory_order_acquire) < ntasks; i++) {
 		cpu_relax();
-		if (!p->spin && (i & 63) == 0) sched_yield();
+		if (i > 4096 || !p->spin) sched_yield();
 	}
 }
