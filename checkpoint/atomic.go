@@ -104,3 +104,25 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// ErrOutputNotEmpty is returned by NewOutputDir for a directory that already
+// holds files.
+var ErrOutputNotEmpty = errors.New("output directory is not empty; choose a new directory")
+
+// NewOutputDir makes dir for a new checkpoint, refusing one that already
+// holds files: writers never overwrite or mix into an existing checkpoint.
+func NewOutputDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("checkpoint: %w", err)
+	case len(entries) > 0:
+		return fmt.Errorf("checkpoint: %s: %w", dir, ErrOutputNotEmpty)
+	}
+	return nil
+}

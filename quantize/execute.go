@@ -2,11 +2,9 @@ package quantize
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -38,7 +36,7 @@ type WriteOptions struct {
 // atomically (see checkpoint.WriteTensors): an interrupted Write never
 // leaves a directory that looks complete.
 func Write(ctx context.Context, model *checkpoint.Model, plan *Plan, outDir string, opts WriteOptions) error {
-	if err := prepareOutDir(outDir); err != nil {
+	if err := checkpoint.NewOutputDir(outDir); err != nil {
 		return err
 	}
 	files := map[string][]byte{checkpoint.ConfigFileName: plan.ConfigJSON}
@@ -64,19 +62,6 @@ func Write(ctx context.Context, model *checkpoint.Model, plan *Plan, outDir stri
 	r.wait()
 	if err != nil {
 		return fmt.Errorf("quantize: %w", err)
-	}
-	return nil
-}
-
-func prepareOutDir(dir string) error {
-	entries, err := os.ReadDir(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return os.MkdirAll(dir, 0o755)
-	case err != nil:
-		return fmt.Errorf("quantize: %w", err)
-	case len(entries) > 0:
-		return fmt.Errorf("quantize: output directory %s is not empty; choose a new directory", dir)
 	}
 	return nil
 }

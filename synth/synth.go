@@ -2,11 +2,9 @@ package synth
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -100,7 +98,7 @@ func Write(dir string, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareDir(dir); err != nil {
+	if err := checkpoint.NewOutputDir(dir); err != nil {
 		return nil, err
 	}
 	tok, err := qwen3tok.Files()
@@ -136,24 +134,6 @@ func Write(dir string, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("synth: %w", err)
 	}
 	return &Result{Dir: dir, Config: cfg, Tensors: len(specs), Bytes: res.TotalBytes, Shards: len(res.Shards)}, nil
-}
-
-// prepareDir makes dir, refusing one that already holds files: Write never
-// overwrites a checkpoint.
-func prepareDir(dir string) error {
-	entries, err := os.ReadDir(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("synth: %w", err)
-		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("synth: %w", err)
-	case len(entries) > 0:
-		return fmt.Errorf("synth: output directory %s is not empty; choose a new directory", dir)
-	}
-	return nil
 }
 
 // configJSON returns the config.json of the model: the published config for a
