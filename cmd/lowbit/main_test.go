@@ -161,3 +161,29 @@ func TestQuantizeCommand(t *testing.T) {
 		}
 	}
 }
+
+// generate runs end to end on the tiny model, greedily and reproducibly.
+func TestGenerateCommand(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "tiny")
+	if _, err := run(t, "synth", "--arch", "qwen3", "--out", src, "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"generate", "--model", src, "--prompt", "Hello", "--max-tokens", "6", "--temperature", "0", "--backend", "ref"}
+	a, err := run(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := run(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(a) == "" || a != b {
+		t.Errorf("greedy generate printed %q, then %q: want the same non-empty text", a, b)
+	}
+	if _, err := run(t, "generate", "--model", filepath.Join(src, "absent"), "--prompt", "x", "--backend", "ref"); err == nil || !strings.Contains(err.Error(), "absent") {
+		t.Errorf("generate on a missing model = %v, want an error naming it", err)
+	}
+	if _, err := run(t, "generate", "--model", src, "--prompt", "x", "--backend", "gpu9"); err == nil || !strings.Contains(err.Error(), "--backend") {
+		t.Errorf("generate --backend gpu9 = %v, want a usage error", err)
+	}
+}
