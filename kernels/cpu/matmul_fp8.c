@@ -21,7 +21,8 @@
 // sign-extended code << 7, masked to 0xBF80, is the half of value·2^-8, E4M3
 // subnormals becoming half subnormals; only code 0x7F has all seven low bits
 // set, so adding 0x80 carries into bit 14 exactly for the NaNs, and OR-ing
-// that carry in gives the half an all-ones exponent (NaN). vcvtph2ps widens
+// that carry in gives the half an all-ones exponent (NaN; _avx512 does the
+// mask, the carry and the OR in one vpternlogd). vcvtph2ps widens
 // exactly, and the 2^-8 is folded into the scale (scale·256 is exact):
 // products and sums of value·2^-8 round like those of value, scaled by a
 // power of two.
@@ -135,9 +136,13 @@ LB_MM_ROWS(fp8_rows_generic, , fp8_tile_generic, LB_MM_T)
 #ifdef LB_X86
 // e4m3x16_avx512 decodes 16 codes to value·2^-8 (see the header).
 LB_INLINE LB_AVX512 __m512 e4m3x16_avx512(__m128i b) {
-	__m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16((short)0xBF80));
-	__m256i nan = _mm256_and_si256(_mm256_add_epi16(h, _mm256_set1_epi16(0x80)), _mm256_set1_epi16(0x4000));
-	return _mm512_cvtph_ps(_mm256_or_si256(h, nan));
+	// u has the sign in bits 15 and 14; u + 0x80 flips bit 14 exactly for
+	// the NaNs, so one ternary op keeps u's bits under 0xBF80 and takes bit
+	// 14 from u ^ (u + 0x80): f = C ? A : A ^ B (imm 0xB4), bit-identical to
+	// masking first and OR-ing the carry in (the _avx2 form).
+	__m256i u = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+	__m256i v = _mm256_add_epi16(u, _mm256_set1_epi16(0x80));
+	return _mm512_cvtph_ps(_mm256_ternarylogic_epi32(u, v, _mm256_set1_epi16((short)0xBF80), 0xB4));
 }
 
 LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
