@@ -19,6 +19,20 @@ func TestConformance(t *testing.T) {
 	forEachISA(t, func(t *testing.T, ops *Ops) { kerneltest.Run(t, ops) })
 }
 
+// TestConformanceNVFP4WithoutVBMI runs the NVFP4 MatMul cases on the plain
+// AVX-512 variant too, which a VBMI CPU would otherwise never run.
+func TestConformanceNVFP4WithoutVBMI(t *testing.T) {
+	if !slices.Contains(ISAs(), "avx512") {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	setNVFP4VBMI(false)
+	defer setNVFP4VBMI(true)
+	ops := newOps(t, "avx512", 0)
+	for _, f := range kerneltest.Check(ops, "MatMul/nvfp4") {
+		t.Error(f)
+	}
+}
+
 // forEachISA runs f on an Ops of every code path this CPU supports, with
 // the default thread count.
 func forEachISA(t *testing.T, f func(t *testing.T, ops *Ops)) {

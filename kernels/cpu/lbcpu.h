@@ -37,6 +37,11 @@ void lb_ctx_free(lb_ctx *c);
 int lb_matmul(lb_ctx *c, float *y, const float *x, int64_t T, int fmt, int64_t out, int64_t in,
               const uint8_t *data, const float *scales, float global_scale, int act, float input_scale);
 
+// matmul_nvfp4.c: lb_set_nvfp4_vbmi(0) makes the AVX-512 path skip its VBMI
+// variant, so that tests on a VBMI CPU also run the plain AVX-512 one.
+// Not safe to call while MatMul runs.
+void lb_set_nvfp4_vbmi(int on);
+
 // rmsnorm.c
 void lb_rmsnorm(lb_ctx *c, float *y, const float *x, const float *w, int64_t T, int64_t D, float eps,
                 int zero_centered);

@@ -223,11 +223,15 @@ LB_INLINE LB_AVX2 void nvfp4_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_
 LB_MM_ROWS(nvfp4_rows_avx2, LB_AVX2, nvfp4_tile_avx2, 2)
 #endif
 
+static int nvfp4_vbmi = 1;
+
+void lb_set_nvfp4_vbmi(int on) { nvfp4_vbmi = on; }
+
 lb_mm_rows lb_mm_nvfp4_rows(int isa) {
 #ifdef LB_X86
 	if (isa == LB_ISA_AVX512) {
 		__builtin_cpu_init();
-		return __builtin_cpu_supports("avx512vbmi") ? nvfp4_rows_avx512vbmi : nvfp4_rows_avx512;
+		return nvfp4_vbmi && __builtin_cpu_supports("avx512vbmi") ? nvfp4_rows_avx512vbmi : nvfp4_rows_avx512;
 	}
 	if (isa == LB_ISA_AVX2) return nvfp4_rows_avx2;
 #endif

@@ -15,3 +15,13 @@ func roundMinifloat(isa string, kind int, dst, src []float32) {
 	}
 	C.lb_round_minifloat(C.int(id), C.int(kind), fp(dst), fp(src), C.int64_t(len(src)))
 }
+
+// setNVFP4VBMI turns the VBMI variant of the AVX-512 NVFP4 MatMul on or off,
+// so that tests on a VBMI CPU also cover the plain AVX-512 variant.
+func setNVFP4VBMI(on bool) {
+	v := 0
+	if on {
+		v = 1
+	}
+	C.lb_set_nvfp4_vbmi(C.int(v))
+}
