@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -281,6 +282,29 @@ func (o cfgObject) object(key string) (cfgObject, bool, error) {
 		return cfgObject{}, false, err
 	}
 	return obj, true, nil
+}
+
+// objects calls f for each member of o, in sorted key order, with the
+// member as an object; a member that is null or not an object is an error.
+func (o cfgObject) objects(f func(name string, member cfgObject) error) error {
+	names := make([]string, 0, len(o.m))
+	for name := range o.m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		member, ok, err := o.object(name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return cfgErrorf("%s is null", o.key(name))
+		}
+		if err := f(name, member); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cfgErrorf returns an error wrapping ErrInvalidConfig.

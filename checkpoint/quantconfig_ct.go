@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -37,24 +36,16 @@ func parseCompressedTensors(obj cfgObject) (*Quantization, error) {
 	if !ok || len(groups.m) == 0 {
 		return nil, cfgErrorf("%s: compressed-tensors config without config_groups", cfgOr(obj.path, "quantization_config"))
 	}
-	names := make([]string, 0, len(groups.m))
-	for name := range groups.m {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		g, ok, err := groups.object(name)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, cfgErrorf("%s is null", groups.key(name))
-		}
+	err = groups.objects(func(name string, g cfgObject) error {
 		group, err := parseCTGroup(name, g, q.Format)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		q.Groups = append(q.Groups, group)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	summarizeGroups(q)
 	return q, nil

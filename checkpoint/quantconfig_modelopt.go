@@ -129,30 +129,22 @@ func parseModelOptConfigJSON(obj cfgObject) (*Quantization, error) {
 	if groups, ok, err := obj.object("config_groups"); err != nil {
 		return nil, err
 	} else if ok {
-		names := make([]string, 0, len(groups.m))
-		for name := range groups.m {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			g, ok, err := groups.object(name)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				return nil, cfgErrorf("%s is null", groups.key(name))
-			}
+		err := groups.objects(func(name string, g cfgObject) error {
 			group, err := parseModelOptGroup(name, g)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if q.Scheme != SchemeMixed && group.Scheme != q.Scheme {
-				return nil, cfgErrorf("%s is %s but quant_algo is %s", g.path, group.Scheme, algo)
+				return cfgErrorf("%s is %s but quant_algo is %s", g.path, group.Scheme, algo)
 			}
 			if group.Scheme == SchemeNVFP4 && q.GroupSize == 0 {
 				q.GroupSize = group.Weights.GroupSize
 			}
 			q.Groups = append(q.Groups, group)
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	if err := checkFP4GroupSize(obj, q); err != nil {
