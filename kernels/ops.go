@@ -36,6 +36,18 @@ type Ops interface {
 	// softmax's max and sum in float32.
 	Attention(out, q, k, v []float32, T, start, H, KVH, Dh int, scale float32)
 
+	// WriteKV stores k and v, [T, kv.KVHeads, kv.HeadDim], at positions
+	// start..start+T-1 of kv, converted to kv.DType: the same bytes as
+	// kernels.WriteKV.
+	WriteKV(kv *KVCache, k, v []float32, T, start int)
+
+	// PagedAttention is Attention over a paged cache: q and out are
+	// [T, H, kv.HeadDim] for positions start..start+T-1, whose keys and
+	// values kv already holds, and keys and values are read as
+	// KVCache.Load decodes them. With a float32 cache it equals Attention
+	// on the gathered cache bit for bit.
+	PagedAttention(out, q []float32, kv *KVCache, T, start, H int, scale float32)
+
 	// SiLUMul computes out[i] = silu(gate[i])·up[i] = gate/(1+exp(-gate))·up
 	// for i < n. out may alias gate or up.
 	SiLUMul(out, gate, up []float32, n int)

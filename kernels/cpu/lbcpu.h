@@ -21,6 +21,8 @@ enum { LB_OK = 0, LB_ERR_NOMEM = 1, LB_ERR_ISA = 2, LB_ERR_THREADS = 3 };
 // kernels.ActQuant number them (ops.go maps them explicitly).
 enum { LB_W_BF16 = 1, LB_W_FP8_CHANNEL = 2, LB_W_FP8_TENSOR = 3, LB_W_FP8_BLOCK = 4, LB_W_NVFP4 = 5 };
 enum { LB_A_NONE = 0, LB_A_FP8_TOKEN = 1, LB_A_FP8_TENSOR = 2, LB_A_FP8_GROUP128 = 3, LB_A_NVFP4 = 4 };
+// KV cache element types (kernels.KVDType).
+enum { LB_KV_F32 = 0, LB_KV_BF16 = 1, LB_KV_FP8 = 2 };
 
 typedef struct lb_ctx lb_ctx;
 
@@ -51,8 +53,12 @@ int lb_rope(lb_ctx *c, float *x, int64_t T, int64_t heads, int64_t head_dim, int
             const int32_t *pos, double theta);
 
 // attention.c
-int lb_attention(lb_ctx *c, float *out, const float *q, const float *k, const float *v, int64_t T,
-                 int64_t start, int64_t H, int64_t KVH, int64_t Dh, float scale);
+// blocks NULL: a contiguous cache (pool row = position); else position j is
+// row blocks[j / bs]·bs + j % bs. dtype is an LB_KV_* value; kscale and
+// vscale are used by LB_KV_FP8 only.
+int lb_attention(lb_ctx *c, float *out, const float *q, const uint8_t *k, const uint8_t *v, int dtype,
+                 float kscale, float vscale, const int32_t *blocks, int64_t bs, int64_t T, int64_t start,
+                 int64_t H, int64_t KVH, int64_t Dh, float scale);
 
 // silu_mul.c, add.c, log_softmax.c
 void lb_silu_mul(lb_ctx *c, float *out, const float *gate, const float *up, int64_t n);

@@ -243,7 +243,38 @@ func (o *Ops) Attention(out, q, k, v []float32, T, start, H, KVH, Dh int, scale 
 	}
 	o.lock()
 	defer o.mu.Unlock()
-	check("Attention", C.lb_attention(o.ctx, fp(out), fp(q), fp(k), fp(v), C.int64_t(T),
+	check("Attention", C.lb_attention(o.ctx, fp(out), fp(q), (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(k))),
+		(*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(v))), C.LB_KV_F32, 1, 1, nil, 1, C.int64_t(T),
+		C.int64_t(start), C.int64_t(H), C.int64_t(KVH), C.int64_t(Dh), C.float(scale)))
+}
+
+// WriteKV stores k and v into a paged cache with kernels.WriteKV: a
+// conversion of T·KVHeads·HeadDim elements per layer, a small share of a
+// step next to the matmuls, so it stays in Go, where it is the definition.
+func (o *Ops) WriteKV(kv *kernels.KVCache, k, v []float32, T, start int) {
+	kernels.WriteKV(kv, k, v, T, start)
+}
+
+// PagedAttention is Attention over a paged cache; see [kernels.Ops].
+func (o *Ops) PagedAttention(out, q []float32, kv *kernels.KVCache, T, start, H int, scale float32) {
+	nonNegative("PagedAttention", T, start, H)
+	if err := kv.Check(start + T); err != nil {
+		panic("cpu: PagedAttention: " + err.Error())
+	}
+	KVH, Dh := kv.KVHeads, kv.HeadDim
+	if H%KVH != 0 {
+		panic(fmt.Sprintf("cpu: PagedAttention: H = %d query heads is not a multiple of KVH = %d", H, KVH))
+	}
+	need("PagedAttention", "q", len(q), T*H*Dh)
+	need("PagedAttention", "out", len(out), T*H*Dh)
+	if T*H == 0 {
+		return
+	}
+	o.lock()
+	defer o.mu.Unlock()
+	check("PagedAttention", C.lb_attention(o.ctx, fp(out), fp(q), (*C.uint8_t)(unsafe.SliceData(kv.K)),
+		(*C.uint8_t)(unsafe.SliceData(kv.V)), C.int(kv.DType), C.float(kv.KScale), C.float(kv.VScale),
+		(*C.int32_t)(unsafe.SliceData(kv.Blocks)), C.int64_t(kv.BlockSize), C.int64_t(T),
 		C.int64_t(start), C.int64_t(H), C.int64_t(KVH), C.int64_t(Dh), C.float(scale)))
 }
 

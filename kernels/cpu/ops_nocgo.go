@@ -38,3 +38,9 @@ func (o *Ops) Attention(out, q, k, v []float32, T, start, H, KVH, Dh int, scale 
 func (o *Ops) SiLUMul(out, gate, up []float32, n int)     { panic(noCgo) }
 func (o *Ops) Add(out, a, b []float32, n int)             { panic(noCgo) }
 func (o *Ops) LogSoftmax(out, logits []float32, T, V int) { panic(noCgo) }
+
+func (o *Ops) WriteKV(kv *kernels.KVCache, k, v []float32, T, start int) { panic(noCgo) }
+
+func (o *Ops) PagedAttention(out, q []float32, kv *kernels.KVCache, T, start, H int, scale float32) {
+	panic(noCgo)
+}

@@ -46,6 +46,8 @@
 //	RMSNorm     u·|x_i|·r·((16 + 2√D)·|g_i| + 2·[zeroCentered])
 //	RoPE        8u·(|x1·c| + |x2·s|) on rotated dims; exact elsewhere
 //	Attention   u·Σ_p P_p|v_pd|·(2(8 + 2√Dh)·S + 4S + 24 + 4√L)
+//	PagedAttention  as Attention, on the cache as KVCache.Load decodes it
+//	WriteKV     0 (the stored bytes equal kernels.WriteKV's)
 //	SiLUMul     32u·|want| + 2^-120·|up|
 //	Add         0 (one float32 addition)
 //	LogSoftmax  u·(4|want| + 4|lse| + 32 + 4√V)
@@ -127,10 +129,13 @@ const (
 	OpSiLUMul    = "SiLUMul"
 	OpAdd        = "Add"
 	OpLogSoftmax = "LogSoftmax"
+	// The paged KV cache (kvcache.go).
+	OpWriteKV        = "WriteKV"
+	OpPagedAttention = "PagedAttention"
 )
 
 // allOps lists the op names in the order the suite runs them.
-var allOps = []string{OpMatMul, OpRMSNorm, OpRoPE, OpAttention, OpSiLUMul, OpAdd, OpLogSoftmax}
+var allOps = []string{OpMatMul, OpRMSNorm, OpRoPE, OpAttention, OpWriteKV, OpPagedAttention, OpSiLUMul, OpAdd, OpLogSoftmax}
 
 // Run runs the whole suite on ops, one subtest per op and one per case
 // within it ("MatMul/bf16/none/T=1/Out=48/In=256"), and reports each

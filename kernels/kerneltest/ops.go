@@ -11,13 +11,15 @@ func casesOf(op string) []testCase { return allCases()[op] }
 
 var allCases = sync.OnceValue(func() map[string][]testCase {
 	return map[string][]testCase{
-		OpMatMul:     matmulCases(),
-		OpRMSNorm:    rmsnormCases(),
-		OpRoPE:       ropeCases(),
-		OpAttention:  attentionCases(),
-		OpSiLUMul:    siluCases(),
-		OpAdd:        addCases(),
-		OpLogSoftmax: logSoftmaxCases(),
+		OpMatMul:         matmulCases(),
+		OpRMSNorm:        rmsnormCases(),
+		OpRoPE:           ropeCases(),
+		OpAttention:      attentionCases(),
+		OpWriteKV:        writeKVCases(),
+		OpPagedAttention: pagedAttentionCases(),
+		OpSiLUMul:        siluCases(),
+		OpAdd:            addCases(),
+		OpLogSoftmax:     logSoftmaxCases(),
 	}
 })
 

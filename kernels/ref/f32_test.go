@@ -246,3 +246,12 @@ func (o f32Ops) LogSoftmax(out, logits []float32, T, V int) {
 		}
 	}
 }
+
+func (f32Ops) WriteKV(kv *kernels.KVCache, k, v []float32, T, start int) {
+	kernels.WriteKV(kv, k, v, T, start)
+}
+
+func (o f32Ops) PagedAttention(out, q []float32, kv *kernels.KVCache, T, start, H int, scale float32) {
+	k, v := kernels.Gather(kv, start+T)
+	o.Attention(out, q, k, v, T, start, H, kv.KVHeads, kv.HeadDim, scale)
+}

@@ -291,6 +291,19 @@ func (Ops) Attention(out, q, k, v []float32, T, start, H, KVH, Dh int, scale flo
 	}
 }
 
+// WriteKV stores k and v with kernels.WriteKV, the definition of the
+// conversion.
+func (Ops) WriteKV(kv *kernels.KVCache, k, v []float32, T, start int) {
+	kernels.WriteKV(kv, k, v, T, start)
+}
+
+// PagedAttention gathers the cache's positions 0..start+T-1 into
+// contiguous float32 with kernels.Gather and runs Attention on them.
+func (o Ops) PagedAttention(out, q []float32, kv *kernels.KVCache, T, start, H int, scale float32) {
+	k, v := kernels.Gather(kv, start+T)
+	o.Attention(out, q, k, v, T, start, H, kv.KVHeads, kv.HeadDim, scale)
+}
+
 // SiLUMul computes out[i] = gate[i]/(1+exp(-gate[i]))·up[i] in float64,
 // rounded once. out may alias gate or up.
 func (Ops) SiLUMul(out, gate, up []float32, n int) {
