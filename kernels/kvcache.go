@@ -138,12 +138,16 @@ func WriteKV(c *KVCache, k, v []float32, T, start int) {
 		panic(fmt.Sprintf("kernels: WriteKV: len(k) = %d, len(v) = %d, want %d", len(k), len(v), T*n))
 	}
 	for t := range T {
-		for kh := range c.KVHeads {
-			o := c.Offset(start+t, kh)
-			src := (t*c.KVHeads + kh) * c.HeadDim
-			for d := range c.HeadDim {
-				c.Store(c.K, c.KScale, o+d, k[src+d])
-				c.Store(c.V, c.VScale, o+d, v[src+d])
+		// One position's KVHeads rows are contiguous in the pool.
+		o, src := c.Offset(start+t, 0), t*n
+		switch c.DType {
+		case KVFloat32:
+			copy(unsafe.Slice((*float32)(unsafe.Pointer(&c.K[4*o])), n), k[src:src+n])
+			copy(unsafe.Slice((*float32)(unsafe.Pointer(&c.V[4*o])), n), v[src:src+n])
+		default:
+			for i := range n {
+				c.Store(c.K, c.KScale, o+i, k[src+i])
+				c.Store(c.V, c.VScale, o+i, v[src+i])
 			}
 		}
 	}

@@ -6,32 +6,26 @@ import (
 	"math"
 
 	"github.com/lowbit-ai/lowbit/format"
+	"github.com/lowbit-ai/lowbit/kernels"
 )
 
 // ErrSequenceFull is wrapped by the error of a Forward that would take a
 // Sequence past its limit.
 var ErrSequenceFull = errors.New("sequence limit reached")
 
-// Sequence is the state of one sequence: its KV cache, one contiguous
-// float32 buffer per layer for keys and one for values, each [positions,
-// kv_heads, head_dim], grown (by doubling, with a copy) as tokens arrive up
-// to the sequence's limit; and the scratch buffers of its forward passes.
-// A Sequence is not safe for concurrent use; distinct Sequences of one
-// Model are independent.
+// Sequence is one sequence with a private float32 KV cache: a KVPool of
+// one block as long as the sequence's capacity, grown (by doubling, with a
+// copy) as tokens arrive up to the sequence's limit. It is the simplest way
+// to run a model (generate, tests against transformers); the engine runs
+// many sequences over one shared paged pool with ForwardBatch instead, and
+// a Sequence's forward is ForwardBatch with a batch of one. A Sequence is
+// not safe for concurrent use; distinct Sequences of one Model are
+// independent.
 type Sequence struct {
 	m     *Model
 	limit int
-	n     int         // positions held
-	cap   int         // positions allocated
-	k, v  [][]float32 // per layer, [cap, kv_heads, head_dim]
-	buf   scratch
-}
-
-// scratch holds the activations of a forward of up to t tokens.
-type scratch struct {
-	t                      int
-	x, h, q, att, gate, up []float32
-	pos                    []int32
+	n     int // positions held
+	pool  *KVPool
 }
 
 // NewSequence returns an empty sequence that may grow to limit positions
@@ -42,7 +36,7 @@ func (m *Model) NewSequence(limit int) *Sequence {
 	if limit <= 0 || limit > m.d.maxPos {
 		limit = m.d.maxPos
 	}
-	return &Sequence{m: m, limit: limit, k: make([][]float32, m.d.layers), v: make([][]float32, m.d.layers)}
+	return &Sequence{m: m, limit: limit}
 }
 
 // Len returns the number of positions the sequence holds.
@@ -59,30 +53,47 @@ func (s *Sequence) Truncate(n int) {
 
 // grow makes room for need positions.
 func (s *Sequence) grow(need int) {
-	if need <= s.cap {
+	old := s.pool
+	if old != nil && need <= old.blockSize {
 		return
 	}
-	c := min(max(need, 2*s.cap, 16), s.limit)
-	kvd := s.m.d.kvHeads * s.m.d.headDim
-	for i := range s.k {
-		k, v := make([]float32, c*kvd), make([]float32, c*kvd)
-		copy(k, s.k[i][:s.n*kvd])
-		copy(v, s.v[i][:s.n*kvd])
-		s.k[i], s.v[i] = k, v
+	c := min(max(need, 16), s.limit)
+	if old != nil {
+		c = min(max(need, 2*old.blockSize), s.limit)
 	}
-	s.cap = c
+	p, err := s.m.NewKVPool(1, c, kernels.KVFloat32)
+	if err != nil {
+		panic(err) // c > 0 and float32 are always valid
+	}
+	if old != nil {
+		n := s.n * s.m.d.kvHeads * s.m.d.headDim * 4
+		for i := range p.k {
+			copy(p.k[i], old.k[i][:n])
+			copy(p.v[i], old.v[i][:n])
+		}
+		p.buf = old.buf
+	}
+	s.pool = p
+}
+
+// scratch holds the activations of a forward of up to t tokens.
+type scratch struct {
+	t             int
+	x, h, q, k, v []float32
+	att, gate, up []float32
+	pos           []int32
 }
 
 // scratch returns buffers for a forward of t tokens.
-func (s *Sequence) scratch(t int) *scratch {
-	b := &s.buf
+func (p *KVPool) scratch(t int) *scratch {
+	b := &p.buf
 	if t > b.t {
-		d := s.m.d
-		qd := d.heads * d.headDim
+		d := p.m.d
+		qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 		*b = scratch{
 			t: t, x: make([]float32, t*d.hidden), h: make([]float32, t*d.hidden),
-			q: make([]float32, t*qd), att: make([]float32, t*qd),
-			gate: make([]float32, t*d.inter), up: make([]float32, t*d.inter),
+			q: make([]float32, t*qd), k: make([]float32, t*kvd), v: make([]float32, t*kvd),
+			att: make([]float32, t*qd), gate: make([]float32, t*d.inter), up: make([]float32, t*d.inter),
 			pos: make([]int32, t),
 		}
 	}
@@ -109,11 +120,8 @@ func (m *Model) Forward(seq *Sequence, tokens []int) ([]float32, error) {
 	return m.ForwardWith(seq, tokens, ForwardOptions{})
 }
 
-// ForwardWith is Forward with options. The numerics are those of the
-// package documentation: float32 activations throughout, every op of the
-// Model's kernels.Ops, and results for row t that do not depend on T.
+// ForwardWith is Forward with options.
 func (m *Model) ForwardWith(seq *Sequence, tokens []int, opts ForwardOptions) ([]float32, error) {
-	d := m.d
 	T, start := len(tokens), seq.n
 	switch {
 	case seq.m != m:
@@ -124,53 +132,138 @@ func (m *Model) ForwardWith(seq *Sequence, tokens []int, opts ForwardOptions) ([
 		return nil, fmt.Errorf("runtime: Forward: %d positions held plus %d new tokens exceed the sequence limit of %d: %w",
 			start, T, seq.limit, ErrSequenceFull)
 	}
-	for i, id := range tokens {
-		if id < 0 || id >= d.vocab {
-			return nil, fmt.Errorf("runtime: Forward: token %d is id %d, outside the vocabulary [0, %d)", i, id, d.vocab)
-		}
+	if err := m.checkTokens(tokens); err != nil {
+		return nil, err
 	}
 	seq.grow(start + T)
-	b := seq.scratch(T)
-	x := b.x[:T*d.hidden]
-	for t, id := range tokens {
-		format.DecodeBF16(x[t*d.hidden:(t+1)*d.hidden], m.embed[2*id*d.hidden:2*(id+1)*d.hidden])
-		b.pos[t] = int32(start + t)
+	rows := T
+	if opts.LastOnly {
+		rows = 1
 	}
-	for i := range m.layers {
-		m.layer(seq, i, b, T, start)
-		if opts.Hook != nil {
-			opts.Hook(i, x)
-		}
+	logits, err := m.ForwardBatch(seq.pool, []BatchEntry{{Blocks: []int32{0}, Start: start, Tokens: tokens, Logits: rows}}, opts.Hook)
+	if err != nil {
+		return nil, err
 	}
 	seq.n = start + T
-	rows, first := T, 0
-	if opts.LastOnly {
-		rows, first = 1, T-1
+	return logits, nil
+}
+
+func (m *Model) checkTokens(tokens []int) error {
+	for i, id := range tokens {
+		if id < 0 || id >= m.d.vocab {
+			return fmt.Errorf("runtime: Forward: token %d is id %d, outside the vocabulary [0, %d)", i, id, m.d.vocab)
+		}
 	}
-	h := b.h[first*d.hidden : T*d.hidden]
-	m.ops.RMSNorm(h, x[first*d.hidden:], m.norm, rows, d.hidden, d.eps, false)
+	return nil
+}
+
+// BatchEntry is one sequence's part of a ForwardBatch: its new tokens, at
+// positions Start..Start+len(Tokens)-1, and its block table in the pool,
+// which must cover those positions (positions before Start hold the
+// sequence's earlier keys and values).
+type BatchEntry struct {
+	Blocks []int32
+	Start  int
+	Tokens []int
+	// Logits is how many of the entry's last rows return logits: 0 for a
+	// prefill chunk that is not the prompt's last, 1 to sample, len(Tokens)
+	// for prompt log-probabilities.
+	Logits int
+}
+
+// ForwardBatch runs the new tokens of every entry in one pass over the
+// weights and returns the requested logits, entry after entry, each row
+// [vocab], in a new slice. Every op is row-wise or, for attention, reads
+// only the entry's own cache, so an entry's logits do not depend on the
+// other entries, on how its tokens were split into chunks, or on the block
+// numbers it got (batch invariance, tested). hook, when not nil, sees each
+// layer's residual stream [ΣT, hidden].
+//
+// The numerics are those of the package documentation: float32 activations,
+// every op of the Model's kernels.Ops, keys and values rounded to the
+// pool's dtype as they are written.
+func (m *Model) ForwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer int, hidden []float32)) ([]float32, error) {
+	d := m.d
+	if pool.m != m {
+		return nil, errors.New("runtime: ForwardBatch: the KV pool belongs to another model")
+	}
+	T, rows := 0, 0
+	for i, e := range batch {
+		n := len(e.Tokens)
+		switch {
+		case n == 0:
+			return nil, fmt.Errorf("runtime: ForwardBatch: entry %d has no tokens", i)
+		case e.Start < 0 || e.Start+n > d.maxPos:
+			return nil, fmt.Errorf("runtime: ForwardBatch: entry %d: positions %d..%d outside [0, %d)", i, e.Start, e.Start+n-1, d.maxPos)
+		case e.Logits < 0 || e.Logits > n:
+			return nil, fmt.Errorf("runtime: ForwardBatch: entry %d asks for %d logits rows of %d tokens", i, e.Logits, n)
+		case len(e.Blocks)*pool.blockSize < e.Start+n:
+			return nil, fmt.Errorf("runtime: ForwardBatch: entry %d: %d blocks of %d cannot hold %d positions", i, len(e.Blocks), pool.blockSize, e.Start+n)
+		}
+		for j, b := range e.Blocks {
+			if b < 0 || int(b) >= pool.blocks {
+				return nil, fmt.Errorf("runtime: ForwardBatch: entry %d: block %d is %d, outside the pool of %d", i, j, b, pool.blocks)
+			}
+		}
+		if err := m.checkTokens(e.Tokens); err != nil {
+			return nil, err
+		}
+		T += n
+		rows += e.Logits
+	}
+	if T == 0 {
+		return nil, errors.New("runtime: ForwardBatch: no tokens")
+	}
+	b := pool.scratch(T)
+	x := b.x[:T*d.hidden]
+	t := 0
+	for _, e := range batch {
+		for j, id := range e.Tokens {
+			format.DecodeBF16(x[t*d.hidden:(t+1)*d.hidden], m.embed[2*id*d.hidden:2*(id+1)*d.hidden])
+			b.pos[t] = int32(e.Start + j)
+			t++
+		}
+	}
+	for i := range m.layers {
+		m.layer(pool, i, b, batch, T)
+		if hook != nil {
+			hook(i, x)
+		}
+	}
+	// Gather the rows that return logits into h.
+	h := b.h[:rows*d.hidden]
+	t, r := 0, 0
+	for _, e := range batch {
+		n := len(e.Tokens)
+		copy(h[r*d.hidden:(r+e.Logits)*d.hidden], x[(t+n-e.Logits)*d.hidden:(t+n)*d.hidden])
+		t += n
+		r += e.Logits
+	}
+	if rows == 0 {
+		return nil, nil
+	}
+	m.ops.RMSNorm(h, h, m.norm, rows, d.hidden, d.eps, false)
 	logits := make([]float32, rows*d.vocab)
 	m.ops.MatMul(logits, h, rows, &m.lmHead)
 	return logits, nil
 }
 
-// layer runs decoder layer i on the residual stream b.x [T, hidden]:
+// layer runs decoder layer i on the residual stream b.x [T, hidden] of the
+// batch's tokens:
 //
 //	h = RMSNorm(x)·input_layernorm
-//	q, k, v = h·Wqᵀ [T, H·Dh], h·Wkᵀ, h·Wvᵀ [T, KVH·Dh]   (k, v written into the cache)
+//	q, k, v = h·Wqᵀ [T, H·Dh], h·Wkᵀ, h·Wvᵀ [T, KVH·Dh]
 //	q, k = RMSNorm per head·q_norm, k_norm               (Qwen3)
-//	q, k = RoPE(q, k) at positions start..start+T-1
-//	x += Attention(q, K[:start+T], V[:start+T])·Woᵀ
+//	q, k = RoPE(q, k) at each token's position
+//	k, v written into each entry's cache (rounded to the pool's dtype)
+//	x += Attention(q, the entry's cache up to each position)·Woᵀ
 //	h = RMSNorm(x)·post_attention_layernorm
 //	x += (silu(h·Wgateᵀ) ⊙ h·Wupᵀ)·Wdownᵀ
-func (m *Model) layer(seq *Sequence, i int, b *scratch, T, start int) {
+func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int) {
 	d, ops, ly := m.d, m.ops, &m.layers[i]
 	D, qd, kvd := d.hidden, d.heads*d.headDim, d.kvHeads*d.headDim
 	x, h := b.x[:T*D], b.h[:T*D]
-	q, att := b.q[:T*qd], b.att[:T*qd]
-	kc, vc := seq.k[i][:(start+T)*kvd], seq.v[i][:(start+T)*kvd]
-	k, v := kc[start*kvd:], vc[start*kvd:]
-	pos := b.pos[:T]
+	q, k, v, att := b.q[:T*qd], b.k[:T*kvd], b.v[:T*kvd], b.att[:T*qd]
 
 	ops.RMSNorm(h, x, ly.inputNorm, T, D, d.eps, false)
 	ops.MatMul(q, h, T, &ly.q)
@@ -180,10 +273,17 @@ func (m *Model) layer(seq *Sequence, i int, b *scratch, T, start int) {
 		ops.RMSNorm(q, q, ly.qNorm, T*d.heads, d.headDim, d.eps, false)
 		ops.RMSNorm(k, k, ly.kNorm, T*d.kvHeads, d.headDim, d.eps, false)
 	}
-	ops.RoPE(q, T, d.heads, d.headDim, d.rotaryDim, pos, d.theta)
-	ops.RoPE(k, T, d.kvHeads, d.headDim, d.rotaryDim, pos, d.theta)
+	ops.RoPE(q, T, d.heads, d.headDim, d.rotaryDim, b.pos[:T], d.theta)
+	ops.RoPE(k, T, d.kvHeads, d.headDim, d.rotaryDim, b.pos[:T], d.theta)
 	scale := float32(1 / math.Sqrt(float64(d.headDim)))
-	ops.Attention(att, q, kc, vc, T, start, d.heads, d.kvHeads, d.headDim, scale)
+	t := 0
+	for _, e := range batch {
+		n := len(e.Tokens)
+		kv := pool.cache(i, e.Blocks)
+		ops.WriteKV(kv, k[t*kvd:(t+n)*kvd], v[t*kvd:(t+n)*kvd], n, e.Start)
+		ops.PagedAttention(att[t*qd:(t+n)*qd], q[t*qd:(t+n)*qd], kv, n, e.Start, d.heads, scale)
+		t += n
+	}
 	ops.MatMul(h, att, T, &ly.o)
 	ops.Add(x, x, h, T*D)
 

@@ -256,8 +256,9 @@ func (m *Model) WeightBytes() int64 {
 	return n
 }
 
-// KVBytesPerToken returns the bytes of KV cache each position takes: K and
-// V in float32 for every layer.
+// KVBytesPerToken returns the bytes of KV cache each position of a
+// Sequence takes: K and V in float32 for every layer (a KVPool takes
+// KVBlockBytes per block).
 func (m *Model) KVBytesPerToken() int64 {
 	return int64(m.d.layers) * 2 * int64(m.d.kvHeads*m.d.headDim) * 4
 }
