@@ -56,8 +56,8 @@ type Request struct {
 	ID string
 	// Prompt is the token ids; at least one.
 	Prompt []int
-	// MaxTokens is the number of tokens to generate, at least 1... or 0 to
-	// only score the prompt (prompt_logprobs with echo and max_tokens 0).
+	// MaxTokens is the number of tokens to generate, or 0 to only score the
+	// prompt (prompt_logprobs with echo and max_tokens 0).
 	MaxTokens int
 	// MinTokens suppresses the stop tokens until this many are generated.
 	MinTokens int
@@ -68,7 +68,10 @@ type Request struct {
 	// ignore_eos.
 	StopTokenIDs []int
 	// PromptLogprobs is -1 for none, or k >= 0: for every prompt position
-	// after the first, the actual token with its rank and the top k.
+	// after the first, the actual token with its rank and the top k (the
+	// whole vocabulary is k = vocab size). Note that 0, the zero value, asks
+	// for the actual tokens' log-probabilities. Requests that ask skip the
+	// prefix cache: every prompt position's logits are computed.
 	PromptLogprobs int
 	// Logprobs is -1 for none, or k >= 0: for every generated token, its
 	// own log-probability and rank and the top k.
