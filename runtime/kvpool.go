@@ -71,13 +71,3 @@ func (p *KVPool) cache(i int, blocks []int32) *kernels.KVCache {
 	return &kernels.KVCache{DType: p.dtype, KVHeads: d.kvHeads, HeadDim: d.headDim, BlockSize: p.blockSize,
 		K: p.k[i], V: p.v[i], KScale: p.kScale[i], VScale: p.vScale[i], Blocks: blocks}
 }
-
-// CopyBlock copies block src to block dst in every layer (copy-on-write of
-// a shared partial block).
-func (p *KVPool) CopyBlock(dst, src int) {
-	n := p.blockSize * p.m.d.kvHeads * p.m.d.headDim * p.dtype.Size()
-	for i := range p.k {
-		copy(p.k[i][dst*n:(dst+1)*n], p.k[i][src*n:(src+1)*n])
-		copy(p.v[i][dst*n:(dst+1)*n], p.v[i][src*n:(src+1)*n])
-	}
-}
