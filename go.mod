@@ -1,8 +1,9 @@
 module github.com/lowbit-ai/lowbit
 
-go 1.26
+go 1.26.0
 
 require (
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/edsrzf/mmap-go v1.2.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/spf13/cobra v1.10.2
