@@ -110,6 +110,12 @@ type ForwardOptions struct {
 	// index and the residual stream hidden [T, hidden] (T new tokens), which
 	// is valid only during the call and must not be modified.
 	Hook func(layer int, hidden []float32)
+	// Observe, when set, is called inside each decoder layer at every
+	// ObservePoint with the layer's index and the activation x, T rows
+	// (the forward's T new tokens) of len(x)/T values each. x is valid
+	// only during the call and must not be modified. Observing changes no
+	// result.
+	Observe func(layer int, point ObservePoint, x []float32, T int)
 }
 
 // Forward runs T = len(tokens) new tokens of seq (a prefill when T > 1, a
@@ -140,7 +146,7 @@ func (m *Model) ForwardWith(seq *Sequence, tokens []int, opts ForwardOptions) ([
 	if opts.LastOnly {
 		rows = 1
 	}
-	logits, err := m.ForwardBatch(seq.pool, []BatchEntry{{Blocks: []int32{0}, Start: start, Tokens: tokens, Logits: rows}}, opts.Hook)
+	logits, err := m.forwardBatch(seq.pool, []BatchEntry{{Blocks: []int32{0}, Start: start, Tokens: tokens, Logits: rows}}, opts.Hook, opts.Observe)
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +189,12 @@ type BatchEntry struct {
 // every op of the Model's kernels.Ops, keys and values rounded to the
 // pool's dtype as they are written.
 func (m *Model) ForwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer int, hidden []float32)) ([]float32, error) {
+	return m.forwardBatch(pool, batch, hook, nil)
+}
+
+// forwardBatch is ForwardBatch with ForwardOptions.Observe.
+func (m *Model) forwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer int, hidden []float32),
+	obs func(layer int, point ObservePoint, x []float32, T int)) ([]float32, error) {
 	d := m.d
 	if pool.m != m {
 		return nil, errors.New("runtime: ForwardBatch: the KV pool belongs to another model")
@@ -225,7 +237,7 @@ func (m *Model) ForwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer i
 		}
 	}
 	for i := range m.layers {
-		m.layer(pool, i, b, batch, T)
+		m.layer(pool, i, b, batch, T, obs)
 		if hook != nil {
 			hook(i, x)
 		}
@@ -259,13 +271,16 @@ func (m *Model) ForwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer i
 //	x += Attention(q, the entry's cache up to each position)·Woᵀ
 //	h = RMSNorm(x)·post_attention_layernorm
 //	x += (silu(h·Wgateᵀ) ⊙ h·Wupᵀ)·Wdownᵀ
-func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int) {
+//
+// obs, when set, sees the ObservePoints as the layer reaches them.
+func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int, obs func(int, ObservePoint, []float32, int)) {
 	d, ops, ly := m.d, m.ops, &m.layers[i]
 	D, qd, kvd := d.hidden, d.heads*d.headDim, d.kvHeads*d.headDim
 	x, h := b.x[:T*D], b.h[:T*D]
 	q, k, v, att := b.q[:T*qd], b.k[:T*kvd], b.v[:T*kvd], b.att[:T*qd]
 
 	ops.RMSNorm(h, x, ly.inputNorm, T, D, d.eps, false)
+	observe(obs, i, ObserveAttnInput, h, T)
 	ops.MatMul(q, h, T, &ly.q)
 	ops.MatMul(k, h, T, &ly.k)
 	ops.MatMul(v, h, T, &ly.v)
@@ -275,6 +290,8 @@ func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int
 	}
 	ops.RoPE(q, T, d.heads, d.headDim, d.rotaryDim, b.pos[:T], d.theta)
 	ops.RoPE(k, T, d.kvHeads, d.headDim, d.rotaryDim, b.pos[:T], d.theta)
+	observe(obs, i, ObserveKey, k, T)
+	observe(obs, i, ObserveValue, v, T)
 	scale := float32(1 / math.Sqrt(float64(d.headDim)))
 	t := 0
 	for _, e := range batch {
@@ -284,14 +301,17 @@ func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int
 		ops.PagedAttention(att[t*qd:(t+n)*qd], q[t*qd:(t+n)*qd], kv, n, e.Start, d.heads, scale)
 		t += n
 	}
+	observe(obs, i, ObserveOProjInput, att, T)
 	ops.MatMul(h, att, T, &ly.o)
 	ops.Add(x, x, h, T*D)
 
 	ops.RMSNorm(h, x, ly.postNorm, T, D, d.eps, false)
+	observe(obs, i, ObserveMLPInput, h, T)
 	g, u := b.gate[:T*d.inter], b.up[:T*d.inter]
 	ops.MatMul(g, h, T, &ly.gate)
 	ops.MatMul(u, h, T, &ly.up)
 	ops.SiLUMul(g, g, u, T*d.inter)
+	observe(obs, i, ObserveDownInput, g, T)
 	ops.MatMul(h, g, T, &ly.down)
 	ops.Add(x, x, h, T*D)
 }
