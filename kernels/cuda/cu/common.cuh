@@ -1,0 +1,102 @@
+// common.cuh: types and exact number-format helpers shared by every kernel.
+// NVRTC compiles the .cu files of this folder as one program after this
+// header, without any CUDA header: BF16, E4M3 and E2M1 are handled as bit
+// patterns, with the same rounding as package format (round to nearest
+// even; E4M3 saturating to ±448, NaN kept; E2M1 clamped to ±6, NaN to ±0).
+// Every kernel is extern "C" so that the Go side finds it by name.
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define LB_NAN __int_as_float(0x7fc00000)
+
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float((u32)h << 16); }
+
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+	if (f != f) return 0x7FC0;
+	u32 u = __float_as_uint(f);
+	return (u16)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// e4m3_to_f32 decodes an E4M3FN code exactly; 0x7F and 0xFF are NaN.
+__device__ __forceinline__ float e4m3_to_f32(u8 c) {
+	u32 mag = c & 0x7Fu, sign = (u32)(c & 0x80u) << 24;
+	if (mag == 0x7Fu) return __uint_as_float(sign | 0x7fc00000u);
+	u32 e = mag >> 3, m = mag & 7u;
+	if (e == 0) return __uint_as_float(sign | __float_as_uint((float)m * 0.001953125f)); // m·2^-9
+	return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+// f32_to_e4m3 encodes with clamping to ±448, as format.E4M3FromFloat32.
+__device__ __forceinline__ u8 f32_to_e4m3(float f) {
+	u32 u = __float_as_uint(f), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
+	if (a > 0x7F800000u) return (u8)(sign | 0x7Fu);
+	if (a >= 0x43E00000u) return (u8)(sign | 0x7Eu); // 448 and above
+	if (a < 0x3C800000u) {                           // below 2^-6: subnormal steps of 2^-9
+		float v = __uint_as_float(a) * 512.0f;           // exact
+		return (u8)(sign | (u32)rintf(v));               // rintf rounds half to even
+	}
+	u32 r = (a + 0x7FFFFu + ((a >> 20) & 1u)) & 0xFFF00000u;
+	return (u8)(sign | ((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u)));
+}
+
+__device__ __forceinline__ float e2m1_to_f32(u32 c) {
+	const float mags[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+	float v = mags[c & 7u];
+	return (c & 8u) ? -v : v;
+}
+
+// f32_to_e2m1 encodes with clamping to ±6, ties to even; NaN gives ±0.
+__device__ __forceinline__ u32 f32_to_e2m1(float f) {
+	u32 u = __float_as_uint(f), sign = (u >> 28) & 8u;
+	float a = __uint_as_float(u & 0x7FFFFFFFu);
+	if (a != a) return sign;
+	u32 c;
+	if (a <= 0.25f) c = 0;
+	else if (a < 0.75f) c = 1;
+	else if (a <= 1.25f) c = 2;
+	else if (a < 1.75f) c = 3;
+	else if (a <= 2.5f) c = 4;
+	else if (a < 3.5f) c = 5;
+	else if (a <= 5.0f) c = 6;
+	else c = 7;
+	return sign | c;
+}
+
+// nanmax is Go's max: NaN wins and stays.
+__device__ __forceinline__ float nanmax(float m, float v) { return (v != v || v > m) ? v : m; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+	for (int o = 16; o > 0; o >>= 1) v = nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+// block_sum and block_max reduce over a block of up to 1024 threads (a
+// multiple of 32) in a fixed order, so results do not depend on timing;
+// every thread gets the result. sh holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_sum(v);
+	__syncthreads();
+	if (lane == 0) sh[w] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : 0.0f;
+	return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float *sh) {
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_max(v);
+	__syncthreads();
+	if (lane == 0) sh[w] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : -__int_as_float(0x7f800000);
+	return warp_max(v);
+}

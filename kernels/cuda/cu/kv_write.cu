@@ -1,0 +1,24 @@
+// kv_write.cu: stores the new tokens' keys and values into a paged KV
+// cache, converted to its dtype (0 float32, 1 BF16 round to nearest even,
+// 2 E4M3 of value/scale saturated to ±448): the bytes of kernels.WriteKV.
+// Layout: k, v [T, KVH·Dh] float32 for positions start..start+T-1; pools
+// of rows [KVH, Dh]; position p is row blocks[p / bs]·bs + p % bs. One
+// thread per element.
+extern "C" __global__ void lb_kv_write(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,
+                                       float vscale, const int *blocks, int bs, int T, int start, int row_elems) {
+	i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+	if (idx >= (i64)T * row_elems) return;
+	int t = (int)(idx / row_elems), e = (int)(idx % row_elems), p = start + t;
+	i64 dst = ((i64)blocks[p / bs] * bs + p % bs) * row_elems + e;
+	float kv = k[idx], vv = v[idx];
+	if (dtype == 1) {
+		((u16 *)kp)[dst] = f32_to_bf16(kv);
+		((u16 *)vp)[dst] = f32_to_bf16(vv);
+	} else if (dtype == 2) {
+		kp[dst] = f32_to_e4m3(kv / kscale);
+		vp[dst] = f32_to_e4m3(vv / vscale);
+	} else {
+		((float *)kp)[dst] = kv;
+		((float *)vp)[dst] = vv;
+	}
+}

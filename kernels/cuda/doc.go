@@ -1,0 +1,22 @@
+// Package cuda is the CUDA backend: it loads the driver API and NVRTC at
+// run time (dlopen; the binary builds with plain gcc and needs no CUDA
+// toolkit), compiles the kernel sources embedded from cu/ for the device's
+// architecture (sm_90a on Hopper) and caches the result on disk keyed by
+// the source, the options, the NVRTC and driver versions and the
+// architecture, so that a warm start compiles nothing.
+//
+// Every CUresult and nvrtcResult goes through one function (check in
+// errors.go) that names the call and the error. Nothing touches a device
+// at import: Open does, and on a machine without a GPU or without the
+// libraries it returns an error that says so, which callers turn into the
+// CPU backend.
+//
+// Ops implements kernels.Ops on host slices by copying inputs to the device,
+// launching the kernels and copying the results back. It is how the shared
+// conformance suite (kernels/kerneltest) checks the same CUDA kernels that
+// a device-resident forward launches; it is not a fast path.
+//
+// The CUDA context is current per OS thread, so every call into the driver
+// runs on a locked OS thread with the Device's context made current first
+// (Device.do).
+package cuda

@@ -1,0 +1,72 @@
+// driver.h: the CUDA driver API, NVRTC and cuBLASLt entry points lowbit
+// uses, declared here (no CUDA header is needed to build) and resolved at
+// run time with dlopen/dlsym, so that the binary builds with plain gcc and
+// runs without a GPU.
+#ifndef LB_CUDA_DRIVER_H
+#define LB_CUDA_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int lb_cures;           // CUresult; 0 is CUDA_SUCCESS
+typedef int lb_nvrtcres;        // nvrtcResult; 0 is NVRTC_SUCCESS
+typedef uint64_t lb_devptr;     // CUdeviceptr
+typedef void *lb_handle;        // CUcontext, CUmodule, CUfunction, CUstream, CUevent, nvrtcProgram
+
+// Status of lb_cuda_open: which library could not be loaded or lacked a
+// symbol (0 when everything resolved).
+enum { LB_CUDA_OK = 0, LB_CUDA_NO_DRIVER = 1, LB_CUDA_NO_NVRTC = 2, LB_CUDA_MISSING_SYMBOL = 3 };
+
+// lb_cuda_open loads libcuda.so.1 and an NVRTC library (nvrtc_path, or the
+// usual sonames when NULL) and resolves every entry point. On failure it
+// writes a message (dlerror's or the missing symbol) into err.
+int lb_cuda_open(const char *nvrtc_path, char *err, size_t errlen);
+
+// Driver API (the _v2 entry points where the header maps to them).
+lb_cures lb_cuInit(unsigned flags);
+lb_cures lb_cuDriverGetVersion(int *v);
+lb_cures lb_cuDeviceGetCount(int *n);
+lb_cures lb_cuDeviceGet(int *dev, int ordinal);
+lb_cures lb_cuDeviceGetName(char *name, int len, int dev);
+lb_cures lb_cuDeviceGetAttribute(int *v, int attr, int dev);
+lb_cures lb_cuDeviceTotalMem(size_t *bytes, int dev);
+lb_cures lb_cuDevicePrimaryCtxRetain(lb_handle *ctx, int dev);
+lb_cures lb_cuDevicePrimaryCtxRelease(int dev);
+lb_cures lb_cuCtxSetCurrent(lb_handle ctx);
+lb_cures lb_cuCtxSynchronize(void);
+lb_cures lb_cuMemGetInfo(size_t *free, size_t *total);
+lb_cures lb_cuMemAlloc(lb_devptr *p, size_t bytes);
+lb_cures lb_cuMemFree(lb_devptr p);
+lb_cures lb_cuMemcpyHtoD(lb_devptr dst, const void *src, size_t bytes);
+lb_cures lb_cuMemcpyDtoH(void *dst, lb_devptr src, size_t bytes);
+lb_cures lb_cuMemsetD8(lb_devptr p, unsigned char v, size_t n);
+lb_cures lb_cuModuleLoadData(lb_handle *mod, const void *image);
+lb_cures lb_cuModuleUnload(lb_handle mod);
+lb_cures lb_cuModuleGetFunction(lb_handle *fn, lb_handle mod, const char *name);
+lb_cures lb_cuFuncSetAttribute(lb_handle fn, int attr, int value);
+lb_cures lb_cuGetErrorName(lb_cures r, const char **s);
+lb_cures lb_cuGetErrorString(lb_cures r, const char **s);
+lb_cures lb_cuEventCreate(lb_handle *e, unsigned flags);
+lb_cures lb_cuEventRecord(lb_handle e, lb_handle stream);
+lb_cures lb_cuEventSynchronize(lb_handle e);
+lb_cures lb_cuEventElapsedTime(float *ms, lb_handle start, lb_handle end);
+lb_cures lb_cuEventDestroy(lb_handle e);
+
+// lb_cu_launch launches fn with args given as 8-byte slots: slot i holds
+// argument i's value in its low bytes (the driver copies each parameter's
+// size from it).
+lb_cures lb_cu_launch(lb_handle fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shmem, lb_handle stream, uint64_t *slots, int nargs);
+
+// NVRTC.
+lb_nvrtcres lb_nvrtcVersion(int *major, int *minor);
+lb_nvrtcres lb_nvrtcCreateProgram(lb_handle *prog, const char *src, const char *name);
+lb_nvrtcres lb_nvrtcCompileProgram(lb_handle prog, int nopts, const char *const *opts);
+lb_nvrtcres lb_nvrtcGetProgramLogSize(lb_handle prog, size_t *n);
+lb_nvrtcres lb_nvrtcGetProgramLog(lb_handle prog, char *log);
+lb_nvrtcres lb_nvrtcGetCUBINSize(lb_handle prog, size_t *n);
+lb_nvrtcres lb_nvrtcGetCUBIN(lb_handle prog, char *cubin);
+lb_nvrtcres lb_nvrtcDestroyProgram(lb_handle *prog);
+const char *lb_nvrtcGetErrorString(lb_nvrtcres r);
+
+#endif

@@ -1,0 +1,86 @@
+//go:build cgo
+
+package cuda
+
+// #include "driver.h"
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// devBuf is a device allocation.
+type devBuf struct {
+	ptr  C.lb_devptr
+	size int
+}
+
+// scratchPool hands out device buffers for one op at a time: reset at the
+// start of an op, then each get returns the next buffer, reallocated only
+// when an op needs more than any op before it. Plain cuMemAlloc, no managed
+// memory.
+type scratchPool struct {
+	bufs []devBuf
+	next int
+}
+
+// scratch returns a device buffer of at least n bytes for the current op
+// (locked by the caller).
+func (d *Device) scratch(n int) (C.lb_devptr, error) {
+	p := &d.pool
+	if n <= 0 {
+		n = 1
+	}
+	if p.next < len(p.bufs) && p.bufs[p.next].size >= n {
+		p.next++
+		return p.bufs[p.next-1].ptr, nil
+	}
+	var ptr C.lb_devptr
+	size := max(n, 1<<16)
+	if err := check(fmt.Sprintf("cuMemAlloc(%d)", size), C.lb_cuMemAlloc(&ptr, C.size_t(size))); err != nil {
+		return 0, err
+	}
+	if p.next < len(p.bufs) {
+		C.lb_cuMemFree(p.bufs[p.next].ptr)
+		p.bufs[p.next] = devBuf{ptr, size}
+	} else {
+		p.bufs = append(p.bufs, devBuf{ptr, size})
+	}
+	p.next++
+	return ptr, nil
+}
+
+func (d *Device) allocs() []C.lb_devptr {
+	var out []C.lb_devptr
+	for _, b := range d.pool.bufs {
+		out = append(out, b.ptr)
+	}
+	d.pool.bufs = nil
+	return out
+}
+
+// upload copies n bytes from host memory at src into a fresh scratch
+// buffer and returns it (locked by the caller).
+func (d *Device) upload(src unsafe.Pointer, n int) (C.lb_devptr, error) {
+	p, err := d.scratch(n)
+	if err != nil || n == 0 {
+		return p, err
+	}
+	return p, check("cuMemcpyHtoD", C.lb_cuMemcpyHtoD(p, src, C.size_t(n)))
+}
+
+// download copies n bytes of device memory at src to host memory at dst
+// (locked by the caller).
+func (d *Device) download(dst unsafe.Pointer, src C.lb_devptr, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return check("cuMemcpyDtoH", C.lb_cuMemcpyDtoH(dst, src, C.size_t(n)))
+}
+
+// poison fills n bytes at p with 0xFF (a float32 NaN), so that an element a
+// kernel forgets to write shows up (locked by the caller).
+func (d *Device) poison(p C.lb_devptr, n int) error {
+	return check("cuMemsetD8", C.lb_cuMemsetD8(p, 0xFF, C.size_t(n)))
+}

@@ -1,0 +1,31 @@
+//go:build !cgo
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/lowbit-ai/lowbit/kernels"
+)
+
+// ErrNoDevice wraps every error of Open on a machine that cannot run CUDA.
+var ErrNoDevice = errors.New("cuda: no usable CUDA device")
+
+// Options choose the device and where compiled kernels are cached.
+type Options struct {
+	Ordinal  int
+	CacheDir string
+	NVRTC    string
+}
+
+// Device is a CUDA device; without cgo none can be opened.
+type Device struct{}
+
+// Open returns an error wrapping ErrNoDevice and kernels.ErrNoCgo.
+func Open(Options) (*Device, error) {
+	return nil, fmt.Errorf("%w: %w", ErrNoDevice, kernels.ErrNoCgo)
+}
+
+// Close does nothing.
+func (d *Device) Close() error { return nil }

@@ -1,0 +1,34 @@
+package cuda
+
+import (
+	"io/fs"
+	"strings"
+	"testing"
+)
+
+// TestSources: every kernel file opens with a comment naming itself and
+// saying what it computes, and the program holds every kernel the Go side
+// launches. Runs without a GPU.
+func TestSources(t *testing.T) {
+	names, err := fs.Glob(sources, "cu/*.cu")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no kernel sources: %v", err)
+	}
+	for _, n := range names {
+		b, _ := sources.ReadFile(n)
+		base := strings.TrimPrefix(n, "cu/")
+		if !strings.HasPrefix(string(b), "// "+base+": ") {
+			t.Errorf("%s does not open with \"// %s: what it computes\"", n, base)
+		}
+	}
+	src, err := Source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"lb_matmul", "lb_act_quant", "lb_rmsnorm", "lb_rope", "lb_attention", "lb_kv_write",
+		"lb_silu_mul", "lb_add", "lb_log_softmax"} {
+		if !strings.Contains(src, `extern "C" __global__ void `+k+"(") {
+			t.Errorf("kernel %s missing from the program", k)
+		}
+	}
+}

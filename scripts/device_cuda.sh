@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine in one call: the CUDA backend's tests (the shared
+# conformance suite on the CUDA kernels, the kernel cache, NVRTC errors),
+# and the tokenizer speed comparison with Hugging Face tokenizers.
+#
+# Here, first:   scripts/device_build.sh ./kernels/cuda ./tokenizer
+#                mkdir -p .device/goroot/src/testdata && cp /usr/local/go/src/testdata/Isaac.Newton-Opticks.txt .device/goroot/src/testdata/
+# There:         bash scripts/device_cuda.sh      (carry .device; logs under $OUT)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+status=0
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
+cat .device/bin/commit.txt | tee "$out/commit.txt"
+ls /usr/local/cuda/lib64/libnvrtc* /usr/lib/x86_64-linux-gnu/libnvrtc* 2>/dev/null | head -5
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
+
+echo "== kernels/cuda tests"
+(cd kernels/cuda && ../../.device/bin/kernels_cuda.test -test.v -test.count=1 2>&1) >"$out/cuda_test.log"
+rc=$?
+grep -E "^(=== RUN|--- FAIL|--- PASS|--- SKIP|FAIL|PASS|ok)" "$out/cuda_test.log" | grep -v "=== RUN" | grep -vE "^    --- PASS" | tail -40
+grep -E "compiled in|cuda_test.go" "$out/cuda_test.log" | head -5
+[ $rc -eq 0 ] || { echo "FAILED: kernels/cuda tests (rc $rc)"; status=1; }
+
+echo "== tokenizer speed: lowbit (Go) and Hugging Face tokenizers, same machine"
+tokdir=$(mktemp -d)
+python3 -c "import gzip,shutil; shutil.copyfileobj(gzip.open('internal/qwen3tok/tokenizer.json.gz'), open('$tokdir/tokenizer.json','wb'))"
+(cd tokenizer && GOROOT="$PWD/../.device/goroot" ../.device/bin/tokenizer.test -test.run XXX -test.bench 'Encode(English|Code|CJK)$' -test.benchtime 20x 2>&1) | tee "$out/tok_go.txt" | grep Benchmark
+python3 scripts/bench_tokenizer.py --tokenizer "$tokdir" --opticks .device/goroot/src/testdata/Isaac.Newton-Opticks.txt --code-dir tokenizer | tee "$out/tok_hf.txt"
+exit $status
