@@ -36,6 +36,8 @@ for t in \
   ./calibrate/stats:FuzzParseMeta:300000 \
   ./calibrate/stats:FuzzIndexHeader:200000 \
   ./tokenizer:FuzzEncodeDecode:40000 \
+  ./runtime/server:FuzzCompletionRequest:100000 \
+  ./runtime/server:FuzzChatRequest:50000 \
   ./tokenizer/chat:FuzzRender:20000 \
   ./format:FuzzE4M3RoundTrip:300000; do
   IFS=: read -r pkg name n <<<"$t"
