@@ -354,7 +354,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if req.maxTokens != nil {
 		maxTok = min(maxTok, *req.maxTokens)
 	}
-	if e := checkCounts(req.genParams, maxTok, req.maxTokensParam, samp.Temperature == 0); e != nil {
+	// SamplingParams names max_tokens whichever field set it.
+	if e := checkCounts(req.genParams, maxTok, "max_tokens", samp.Temperature == 0); e != nil {
 		writeError(w, e)
 		return
 	}

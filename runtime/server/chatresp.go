@@ -203,6 +203,9 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, g *generatio
 		if !ev.done {
 			out.data(chunk([]chatDeltaChoice{{Index: c.index, Delta: chatDelta{Content: ev.text}, Logprobs: lp, TokenIDs: ids}},
 				usageOf(len(tokens[c.index]))))
+			if out.failed {
+				return
+			}
 			continue
 		}
 		finish := c.finish
@@ -211,6 +214,9 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, g *generatio
 		}
 		out.data(chunk([]chatFinalChoice{{Index: c.index, Delta: chatDelta{Content: ev.text}, Logprobs: lp,
 			FinishReason: finish, StopReason: c.stopReason, TokenIDs: ids}}, usageOf(len(tokens[c.index]))))
+		if out.failed {
+			return
+		}
 	}
 	if req.includeUsage {
 		gen := 0

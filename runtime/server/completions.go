@@ -44,12 +44,23 @@ func (s *Server) parsePrompt(b *reqBody, addSpecial bool) ([]*promptIn, *apiErro
 			return nil, modelValidatorError(fmt.Sprintf("prompt list length %d exceeds the maximum allowed count of %d.",
 				len(x), s.opts.MaxPrompts), "prompt", nil, len(b.m))
 		}
+		// A batch is all strings or all token lists, as pydantic's
+		// list[str] | list[list[int]] has it.
+		_, strs := x[0].(string)
 		out := make([]*promptIn, len(x))
 		for i, e := range x {
 			switch y := e.(type) {
 			case string:
+				if !strs {
+					return nil, (&validationError{typ: "list_type", loc: []any{"body", "prompt", i},
+						msg: "Input should be a valid list", input: e}).apiError()
+				}
 				out[i] = text(y)
 			case []any:
+				if strs {
+					return nil, (&validationError{typ: "string_type", loc: []any{"body", "prompt", i},
+						msg: "Input should be a valid string", input: e}).apiError()
+				}
 				t, ae := intList("prompt", y, true)
 				if ae != nil {
 					return nil, ae
@@ -446,6 +457,9 @@ func (s *Server) streamCompletion(w http.ResponseWriter, r *http.Request, g *gen
 			chunk.Usage = chunkUsage{PromptTokens: len(c.prompt.ids), TotalTokens: len(c.prompt.ids) + n, CompletionTokens: n}
 		}
 		out.data(chunk)
+		if out.failed {
+			return // the client is gone; g.close cancels the engine requests
+		}
 	}
 	if req.includeUsage {
 		var promptTokens, genTokens, cached int

@@ -98,7 +98,7 @@ func TestCompletionPromptForms(t *testing.T) {
 		{"ids", `[9707, 1879]`, 1, [][]int{{9707, 1879}}},
 		{"id lists", `[[9707],[1879, 3]]`, 1, [][]int{{9707}, {1879, 3}}},
 		{"strings n=2", `["Hello"," world"]`, 2, [][]int{a, a, b, b}},
-		{"lax ids", `["Hello", [1, "2"]]`, 1, [][]int{a, {1, 2}}},
+		{"lax ids", `[[1, "2"], [3.0, true]]`, 1, [][]int{{1, 2}, {3, 1}}},
 	}
 	for _, tt := range tests {
 		fe := &fakeEngine{}

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 
@@ -243,6 +244,14 @@ func pyStr(v any) string {
 		}
 		return "False"
 	case float64:
+		switch {
+		case math.IsNaN(x):
+			return "nan"
+		case math.IsInf(x, 1):
+			return "inf"
+		case math.IsInf(x, -1):
+			return "-inf"
+		}
 		return string(appendPyFloat(nil, x))
 	case []any:
 		return fmt.Sprintf("<list of %d items>", len(x))

@@ -35,6 +35,8 @@ func TestRequestErrors(t *testing.T) {
 		{"no prompt", "/v1/completions", `{"max_tokens":3}`, 400, "Bad Request", "~Either prompt or prompt_embeds must be provided and non-empty.", "prompt"},
 		{"empty token prompt", "/v1/completions", `{"prompt":[]}`, 400, "BadRequestError", "The decoder prompt cannot be empty", nil},
 		{"prompt of the wrong type", "/v1/completions", `{"prompt":5}`, 400, "Bad Request", "~'type': 'string_type'", "body.prompt"},
+		{"mixed prompt batch", "/v1/completions", `{"prompt":["a",[1]]}`, 400, "Bad Request", "~'loc': ('body', 'prompt', 1)", "body.prompt.1"},
+		{"temperature NaN", "/v1/completions", `{"prompt":"a","temperature":"nan"}`, 400, "BadRequestError", "temperature must be a finite number, got nan. (parameter=temperature, value=nan)", "temperature"},
 		{"negative token id", "/v1/completions", `{"prompt":[1,-2]}`, 400, "Bad Request", "~'type': 'greater_than_equal', 'loc': ('body', 'prompt', 1)", "body.prompt.1"},
 		{"token id out of vocabulary", "/v1/completions", `{"prompt":[1,999999]}`, 400, "BadRequestError", "Token id 999999 is out of vocabulary (parameter=prompt_token_ids, value=999999)", "prompt_token_ids"},
 		{"max_tokens not an integer", "/v1/completions", `{"prompt":"a","max_tokens":"abc"}`, 400, "Bad Request",
