@@ -199,32 +199,9 @@ func (m *Model) forwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer i
 	if pool.m != m {
 		return nil, errors.New("runtime: ForwardBatch: the KV pool belongs to another model")
 	}
-	T, rows := 0, 0
-	for i, e := range batch {
-		n := len(e.Tokens)
-		switch {
-		case n == 0:
-			return nil, fmt.Errorf("runtime: ForwardBatch: entry %d has no tokens", i)
-		case e.Start < 0 || e.Start+n > d.maxPos:
-			return nil, fmt.Errorf("runtime: ForwardBatch: entry %d: positions %d..%d outside [0, %d)", i, e.Start, e.Start+n-1, d.maxPos)
-		case e.Logits < 0 || e.Logits > n:
-			return nil, fmt.Errorf("runtime: ForwardBatch: entry %d asks for %d logits rows of %d tokens", i, e.Logits, n)
-		case len(e.Blocks)*pool.blockSize < e.Start+n:
-			return nil, fmt.Errorf("runtime: ForwardBatch: entry %d: %d blocks of %d cannot hold %d positions", i, len(e.Blocks), pool.blockSize, e.Start+n)
-		}
-		for j, b := range e.Blocks {
-			if b < 0 || int(b) >= pool.blocks {
-				return nil, fmt.Errorf("runtime: ForwardBatch: entry %d: block %d is %d, outside the pool of %d", i, j, b, pool.blocks)
-			}
-		}
-		if err := m.checkTokens(e.Tokens); err != nil {
-			return nil, err
-		}
-		T += n
-		rows += e.Logits
-	}
-	if T == 0 {
-		return nil, errors.New("runtime: ForwardBatch: no tokens")
+	T, rows, err := m.checkBatch(batch, pool.blocks, pool.blockSize)
+	if err != nil {
+		return nil, err
 	}
 	b := pool.scratch(T)
 	x := b.x[:T*d.hidden]
@@ -258,6 +235,39 @@ func (m *Model) forwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer i
 	logits := make([]float32, rows*d.vocab)
 	m.ops.MatMul(logits, h, rows, &m.lmHead)
 	return logits, nil
+}
+
+// checkBatch validates a batch for a pool of blocks blocks of blockSize
+// positions and returns its token and logits-row counts.
+func (m *Model) checkBatch(batch []BatchEntry, blocks, blockSize int) (T, rows int, err error) {
+	d := m.d
+	for i, e := range batch {
+		n := len(e.Tokens)
+		switch {
+		case n == 0:
+			return 0, 0, fmt.Errorf("runtime: ForwardBatch: entry %d has no tokens", i)
+		case e.Start < 0 || e.Start+n > d.maxPos:
+			return 0, 0, fmt.Errorf("runtime: ForwardBatch: entry %d: positions %d..%d outside [0, %d)", i, e.Start, e.Start+n-1, d.maxPos)
+		case e.Logits < 0 || e.Logits > n:
+			return 0, 0, fmt.Errorf("runtime: ForwardBatch: entry %d asks for %d logits rows of %d tokens", i, e.Logits, n)
+		case len(e.Blocks)*blockSize < e.Start+n:
+			return 0, 0, fmt.Errorf("runtime: ForwardBatch: entry %d: %d blocks of %d cannot hold %d positions", i, len(e.Blocks), blockSize, e.Start+n)
+		}
+		for j, b := range e.Blocks {
+			if b < 0 || int(b) >= blocks {
+				return 0, 0, fmt.Errorf("runtime: ForwardBatch: entry %d: block %d is %d, outside the pool of %d", i, j, b, blocks)
+			}
+		}
+		if err := m.checkTokens(e.Tokens); err != nil {
+			return 0, 0, err
+		}
+		T += n
+		rows += e.Logits
+	}
+	if T == 0 {
+		return 0, 0, errors.New("runtime: ForwardBatch: no tokens")
+	}
+	return T, rows, nil
 }
 
 // layer runs decoder layer i on the residual stream b.x [T, hidden] of the

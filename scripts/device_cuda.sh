@@ -3,7 +3,7 @@
 # conformance suite on the CUDA kernels, the kernel cache, NVRTC errors),
 # and the tokenizer speed comparison with Hugging Face tokenizers.
 #
-# Here, first:   scripts/device_build.sh ./kernels/cuda ./tokenizer
+# Here, first:   scripts/device_build.sh ./kernels/cuda ./tokenizer ./runtime ./runtime/engine
 #                mkdir -p .device/goroot/src/testdata && cp /usr/local/go/src/testdata/Isaac.Newton-Opticks.txt .device/goroot/src/testdata/
 # There:         bash scripts/device_cuda.sh      (carry .device; logs under $OUT)
 set -uo pipefail
@@ -22,6 +22,20 @@ rc=$?
 grep -E "^(=== RUN|--- FAIL|--- PASS|--- SKIP|FAIL|PASS|ok)" "$out/cuda_test.log" | grep -v "=== RUN" | grep -vE "^    --- PASS" | tail -40
 grep -E "compiled in|cuda_test.go" "$out/cuda_test.log" | head -5
 [ $rc -eq 0 ] || { echo "FAILED: kernels/cuda tests (rc $rc)"; status=1; }
+
+echo "== runtime tests (the cuda backend: golden logits, batch invariance, quantized numerics; the device-resident executor)"
+(cd runtime && ../.device/bin/runtime.test -test.count=1 -test.v 2>&1) >"$out/runtime_test.log"
+rc=$?
+grep -E "^(--- FAIL|FAIL|ok|PASS)|cuda|GPU" "$out/runtime_test.log" | grep -vE "^=== RUN" | tail -40
+[ $rc -eq 0 ] || { echo "FAILED: runtime tests (rc $rc)"; status=1; }
+
+echo "== engine on the GPU"
+(cd runtime/engine && ../../.device/bin/runtime_engine.test -test.count=1 -test.v -test.run CUDA 2>&1) | tee "$out/engine_test.log" | grep -E "^(--- |FAIL|ok|PASS)|GPU vs CPU"
+[ ${PIPESTATUS[0]} -eq 0 ] || { echo "FAILED: engine CUDA test"; status=1; }
+
+echo "== batch-1 decode on the device-resident forward"
+(cd runtime && ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x 2>&1) | tee "$out/bench_cuda.txt" | grep -E "Benchmark|wrote"
+(cd runtime && LOWBIT_BENCH_SIZE=qwen3-8b timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 32x 2>&1) | tee "$out/bench_cuda_8b.txt" | grep -E "Benchmark|wrote"
 
 echo "== tokenizer speed: lowbit (Go) and Hugging Face tokenizers, same machine"
 tokdir=$(mktemp -d)

@@ -44,6 +44,7 @@ type Device struct {
 	Memory  int64  // total bytes
 	Compile CompileInfo
 	pool    scratchPool
+	named   map[string]devBuf
 }
 
 // CompileInfo says how the kernels were obtained.

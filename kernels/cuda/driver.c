@@ -32,6 +32,7 @@ static void *libcuda, *libnvrtc;
 	X(cuMemcpyHtoD_v2, lb_cures, (lb_devptr, const void *, size_t))                                      \
 	X(cuMemcpyDtoH_v2, lb_cures, (void *, lb_devptr, size_t))                                            \
 	X(cuMemsetD8_v2, lb_cures, (lb_devptr, unsigned char, size_t))                                       \
+	X(cuMemcpyDtoD_v2, lb_cures, (lb_devptr, lb_devptr, size_t))                                         \
 	X(cuModuleLoadData, lb_cures, (lb_handle *, const void *))                                           \
 	X(cuModuleUnload, lb_cures, (lb_handle))                                                             \
 	X(cuModuleGetFunction, lb_cures, (lb_handle *, lb_handle, const char *))                             \
@@ -117,6 +118,7 @@ lb_cures lb_cuMemFree(lb_devptr p) { return p_cuMemFree_v2(p); }
 lb_cures lb_cuMemcpyHtoD(lb_devptr d, const void *s, size_t b) { return p_cuMemcpyHtoD_v2(d, s, b); }
 lb_cures lb_cuMemcpyDtoH(void *d, lb_devptr s, size_t b) { return p_cuMemcpyDtoH_v2(d, s, b); }
 lb_cures lb_cuMemsetD8(lb_devptr p, unsigned char v, size_t n) { return p_cuMemsetD8_v2(p, v, n); }
+lb_cures lb_cuMemcpyDtoD(lb_devptr d, lb_devptr s, size_t b) { return p_cuMemcpyDtoD_v2(d, s, b); }
 lb_cures lb_cuModuleLoadData(lb_handle *m, const void *i) { return p_cuModuleLoadData(m, i); }
 lb_cures lb_cuModuleUnload(lb_handle m) { return p_cuModuleUnload(m); }
 lb_cures lb_cuModuleGetFunction(lb_handle *f, lb_handle m, const char *n) { return p_cuModuleGetFunction(f, m, n); }

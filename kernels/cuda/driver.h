@@ -40,6 +40,7 @@ lb_cures lb_cuMemFree(lb_devptr p);
 lb_cures lb_cuMemcpyHtoD(lb_devptr dst, const void *src, size_t bytes);
 lb_cures lb_cuMemcpyDtoH(void *dst, lb_devptr src, size_t bytes);
 lb_cures lb_cuMemsetD8(lb_devptr p, unsigned char v, size_t n);
+lb_cures lb_cuMemcpyDtoD(lb_devptr dst, lb_devptr src, size_t bytes);
 lb_cures lb_cuModuleLoadData(lb_handle *mod, const void *image);
 lb_cures lb_cuModuleUnload(lb_handle mod);
 lb_cures lb_cuModuleGetFunction(lb_handle *fn, lb_handle mod, const char *name);

@@ -56,7 +56,10 @@ func (d *Device) allocs() []C.lb_devptr {
 	for _, b := range d.pool.bufs {
 		out = append(out, b.ptr)
 	}
-	d.pool.bufs = nil
+	for _, b := range d.named {
+		out = append(out, b.ptr)
+	}
+	d.pool.bufs, d.named = nil, nil
 	return out
 }
 
@@ -83,4 +86,33 @@ func (d *Device) download(dst unsafe.Pointer, src C.lb_devptr, n int) error {
 // kernel forgets to write shows up (locked by the caller).
 func (d *Device) poison(p C.lb_devptr, n int) error {
 	return check("cuMemsetD8", C.lb_cuMemsetD8(p, 0xFF, C.size_t(n)))
+}
+
+// persistent returns the device's buffer called name with at least n
+// bytes, growing it when needed (locked by the caller). Kernels of one Run
+// execute in launch order on one stream, so successive launches may share
+// such a buffer (attention scores, quantized activations) without growing
+// the scratch pool with every launch.
+func (d *Device) persistent(name string, n int) (Buf, error) {
+	if d.named == nil {
+		d.named = map[string]devBuf{}
+	}
+	b := d.named[name]
+	if b.size >= n && b.ptr != 0 {
+		return Buf{b.ptr, n}, nil
+	}
+	if b.ptr != 0 {
+		// cuMemFree waits for the work that may still use it.
+		if err := check("cuMemFree", C.lb_cuMemFree(b.ptr)); err != nil {
+			return Buf{}, err
+		}
+	}
+	size := max(n, 2*b.size, 1<<20)
+	var ptr C.lb_devptr
+	if err := check(fmt.Sprintf("cuMemAlloc(%d)", size), C.lb_cuMemAlloc(&ptr, C.size_t(size))); err != nil {
+		delete(d.named, name)
+		return Buf{}, err
+	}
+	d.named[name] = devBuf{ptr, size}
+	return Buf{ptr, n}, nil
 }

@@ -8,6 +8,7 @@ package engine
 import (
 	"errors"
 
+	"github.com/lowbit-ai/lowbit/kernels"
 	"github.com/lowbit-ai/lowbit/runtime"
 )
 
@@ -48,6 +49,10 @@ type Config struct {
 	MaxWaiting int
 	// DisablePrefixCaching turns off reuse of cached full blocks.
 	DisablePrefixCaching bool
+	// NewExecutor makes the executor that owns the KV cache and runs the
+	// forwards (runtime.NewCUDAExecutor on a GPU); nil runs on the CPU
+	// with the model's kernels (a runtime.KVPool).
+	NewExecutor func(blocks, blockSize int, dtype kernels.KVDType) (runtime.Executor, error)
 }
 
 // Request is one generation request in token ids.

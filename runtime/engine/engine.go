@@ -16,7 +16,7 @@ import (
 type Engine struct {
 	m    *runtime.Model
 	cfg  Config
-	pool *runtime.KVPool
+	exec runtime.Executor
 	bm   *blockManager
 
 	mu       sync.Mutex
@@ -93,11 +93,17 @@ func New(m *runtime.Model, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine: the KV cache (%d MiB of %v) holds %d positions, fewer than max_model_len %d: give it more memory or lower max_model_len",
 			cfg.KVCacheBytes>>20, dt, blocks*cfg.BlockSize, cfg.MaxModelLen)
 	}
-	pool, err := m.NewKVPool(blocks, cfg.BlockSize, dt)
+	var exec runtime.Executor
+	var err error
+	if cfg.NewExecutor != nil {
+		exec, err = cfg.NewExecutor(blocks, cfg.BlockSize, dt)
+	} else {
+		exec, err = m.NewKVPool(blocks, cfg.BlockSize, dt)
+	}
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{m: m, cfg: cfg, pool: pool, bm: newBlockManager(blocks, cfg.BlockSize),
+	e := &Engine{m: m, cfg: cfg, exec: exec, bm: newBlockManager(blocks, cfg.BlockSize),
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	e.stats.KVBlocksTotal = blocks
 	go e.loop()
@@ -108,7 +114,7 @@ func New(m *runtime.Model, cfg Config) (*Engine, error) {
 func (e *Engine) Config() Config { return e.cfg }
 
 // KVDType returns the KV cache's element type.
-func (e *Engine) KVDType() kernels.KVDType { return e.pool.DType() }
+func (e *Engine) KVDType() kernels.KVDType { return e.exec.DType() }
 
 // Stats returns a snapshot of the engine's counters.
 func (e *Engine) Stats() Stats {
@@ -213,6 +219,7 @@ func (e *Engine) loop() {
 			}
 			e.running, e.waiting = nil, nil
 			e.publish()
+			e.exec.Close()
 			return
 		}
 		e.dropCancelled()
@@ -369,7 +376,7 @@ func (e *Engine) preempt(s *seqState) {
 
 // step runs one forward and delivers its results.
 func (e *Engine) step(batch []runtime.BatchEntry, sched []*seqState) {
-	logits, err := e.m.ForwardBatch(e.pool, batch, nil)
+	logits, err := e.exec.Forward(batch)
 	if err != nil {
 		for _, s := range sched {
 			e.finish(s, Output{Err: fmt.Errorf("engine: forward: %w", err)})

@@ -1,0 +1,319 @@
+//go:build cgo
+
+package cuda
+
+// #include "driver.h"
+import "C"
+
+import (
+	"fmt"
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/lowbit-ai/lowbit/kernels"
+)
+
+// Buf is a span of device memory. The zero Buf is a null pointer.
+type Buf struct {
+	ptr   C.lb_devptr
+	bytes int
+}
+
+// Bytes returns the span's size.
+func (b Buf) Bytes() int { return b.bytes }
+
+// Slice returns the span [from, to) in bytes.
+func (b Buf) Slice(from, to int) Buf {
+	if from < 0 || to > b.bytes || from > to {
+		panic(fmt.Sprintf("cuda: Buf.Slice(%d, %d) of %d bytes", from, to, b.bytes))
+	}
+	return Buf{b.ptr + C.lb_devptr(from), to - from}
+}
+
+// F32 returns the span of float32 elements [from, to).
+func (b Buf) F32(from, to int) Buf { return b.Slice(4*from, 4*to) }
+
+// Weight is a kernels.Weight whose data and scales live on the device.
+type Weight struct {
+	Format      kernels.WeightFormat
+	Out, In     int
+	Data        Buf
+	Scales      Buf
+	GlobalScale float32
+	Act         kernels.ActQuant
+	InputScale  float32
+}
+
+// K launches kernels on one Device inside Device.Run: the context is
+// current and the device locked for the callback's duration. Launches are
+// asynchronous; Run waits for them.
+type K struct{ d *Device }
+
+// Run runs f with a K, then waits for the device and reports an
+// asynchronous kernel error. Scratch buffers taken inside f are reused by
+// the next Run.
+func (d *Device) Run(f func(k *K) error) error {
+	return d.do(func() error {
+		d.pool.next = 0
+		if err := f(&K{d}); err != nil {
+			return err
+		}
+		return d.sync("Run")
+	})
+}
+
+// Alloc returns a device allocation of n bytes (plain cuMemAlloc), to be
+// freed with Free.
+func (d *Device) Alloc(n int) (Buf, error) {
+	var b Buf
+	err := d.do(func() error {
+		var p C.lb_devptr
+		if err := check(fmt.Sprintf("cuMemAlloc(%d)", n), C.lb_cuMemAlloc(&p, C.size_t(max(n, 1)))); err != nil {
+			return err
+		}
+		b = Buf{p, n}
+		return nil
+	})
+	return b, err
+}
+
+// Free releases an allocation of Alloc.
+func (d *Device) Free(b Buf) {
+	if b.ptr != 0 {
+		d.do(func() error { return check("cuMemFree", C.lb_cuMemFree(b.ptr)) })
+	}
+}
+
+// MemInfo returns the device's free and total memory.
+func (d *Device) MemInfo() (free, total int64, err error) {
+	err = d.do(func() error {
+		var f, t C.size_t
+		err := check("cuMemGetInfo", C.lb_cuMemGetInfo(&f, &t))
+		free, total = int64(f), int64(t)
+		return err
+	})
+	return
+}
+
+// Upload copies host bytes into dst (at most dst.Bytes()).
+func (d *Device) Upload(dst Buf, src []byte) error {
+	if len(src) > dst.bytes {
+		return fmt.Errorf("cuda: Upload of %d bytes into %d", len(src), dst.bytes)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return d.do(func() error {
+		return check("cuMemcpyHtoD", C.lb_cuMemcpyHtoD(dst.ptr, unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src))))
+	})
+}
+
+// Download copies src to host memory.
+func (d *Device) Download(dst []byte, src Buf) error {
+	if len(dst) > src.bytes {
+		return fmt.Errorf("cuda: Download of %d bytes from %d", len(dst), src.bytes)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	return d.do(func() error {
+		return check("cuMemcpyDtoH", C.lb_cuMemcpyDtoH(unsafe.Pointer(unsafe.SliceData(dst)), src.ptr, C.size_t(len(dst))))
+	})
+}
+
+// UploadWeight allocates and copies w's data and scales.
+func (d *Device) UploadWeight(w *kernels.Weight) (*Weight, error) {
+	if err := w.Check(); err != nil {
+		return nil, err
+	}
+	dw := &Weight{Format: w.Format, Out: w.Out, In: w.In, GlobalScale: w.GlobalScale, Act: w.Act, InputScale: w.InputScale}
+	var err error
+	if dw.Data, err = d.Alloc(len(w.Data)); err != nil {
+		return nil, err
+	}
+	if err = d.Upload(dw.Data, w.Data); err != nil {
+		return nil, err
+	}
+	if len(w.Scales) > 0 {
+		if dw.Scales, err = d.Alloc(4 * len(w.Scales)); err != nil {
+			return nil, err
+		}
+		if err = d.Upload(dw.Scales, unsafe.Slice((*byte)(unsafe.Pointer(&w.Scales[0])), 4*len(w.Scales))); err != nil {
+			return nil, err
+		}
+	}
+	return dw, nil
+}
+
+// Scratch returns a scratch span of n bytes valid until the Run returns.
+func (k *K) Scratch(n int) (Buf, error) {
+	p, err := k.d.scratch(n)
+	return Buf{p, n}, err
+}
+
+var weightFormatIDs = map[kernels.WeightFormat]int{kernels.WeightBF16: 1, kernels.WeightFP8Channel: 2,
+	kernels.WeightFP8Tensor: 3, kernels.WeightFP8Block: 4, kernels.WeightNVFP4: 5}
+
+var actIDs = map[kernels.ActQuant]int{kernels.ActNone: 0, kernels.ActFP8Token: 1, kernels.ActFP8Tensor: 2,
+	kernels.ActFP8Group128: 3, kernels.ActNVFP4: 4}
+
+// MatMul: y [T, w.Out] = x [T, w.In] · wᵀ with the weight's numerics
+// (act_quant.cu, matmul.cu).
+func (k *K) MatMul(y, x Buf, T int, w *Weight) error {
+	d := k.d
+	act := actIDs[w.Act]
+	xe, xs := x, Buf{}
+	if act != 0 {
+		group := map[int]int{1: w.In, 2: w.In, 3: 128, 4: 16}[act]
+		ng := w.In / group
+		var err error
+		if xe, err = d.persistent("act_quant_x", 4*T*w.In); err != nil {
+			return err
+		}
+		if xs, err = d.persistent("act_quant_scales", 4*T*ng); err != nil {
+			return err
+		}
+		if err := d.launch("lb_act_quant", [3]int{T * ng, 1, 1}, [3]int{min(256, max(32, (group+31)/32*32)), 1, 1}, 0,
+			ptrArg(xe.ptr), ptrArg(xs.ptr), ptrArg(x.ptr), intArg(w.In), intArg(act), f32Arg(w.InputScale)); err != nil {
+			return err
+		}
+	}
+	const warps = 8
+	return d.launch("lb_matmul", [3]int{(w.Out + warps - 1) / warps, T, 1}, [3]int{32 * warps, 1, 1}, 0,
+		ptrArg(y.ptr), ptrArg(xe.ptr), ptrArg(xs.ptr), ptrArg(w.Data.ptr), ptrArg(w.Scales.ptr), f32Arg(w.GlobalScale),
+		intArg(T), intArg(w.Out), intArg(w.In), intArg(weightFormatIDs[w.Format]), intArg(act))
+}
+
+// RMSNorm: y [T, D] = x / rms(x) · (w or 1 + w) (rmsnorm.cu).
+func (k *K) RMSNorm(y, x, w Buf, T, D int, eps float32, zeroCentered bool) error {
+	zc := 0
+	if zeroCentered {
+		zc = 1
+	}
+	return k.d.launch("lb_rmsnorm", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
+		ptrArg(y.ptr), ptrArg(x.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc))
+}
+
+// RoPE rotates x [T, heads, headDim] in place at positions pos [T] int32
+// (rope.cu).
+func (k *K) RoPE(x, pos Buf, T, heads, headDim, rotaryDim int, theta float64) error {
+	n := T * heads * (rotaryDim / 2)
+	return k.d.launch("lb_rope", grid1(n, 256), [3]int{256, 1, 1}, 0, ptrArg(x.ptr), ptrArg(pos.ptr), intArg(T),
+		intArg(heads), intArg(headDim), intArg(rotaryDim), f64Arg(theta))
+}
+
+// KVPool is one layer's paged cache on the device (kernels.KVCache's
+// layout).
+type KVPool struct {
+	DType            kernels.KVDType
+	KVHeads, HeadDim int
+	BlockSize        int
+	K, V             Buf
+	KScale, VScale   float32
+}
+
+// WriteKV stores k, v [T, KVHeads·HeadDim] at positions start.. of the
+// sequence with block table blocks [int32] (kv_write.cu).
+func (k *K) WriteKV(p *KVPool, kv, vv, blocks Buf, T, start int) error {
+	row := p.KVHeads * p.HeadDim
+	return k.d.launch("lb_kv_write", grid1(T*row, 256), [3]int{256, 1, 1}, 0, ptrArg(p.K.ptr), ptrArg(p.V.ptr),
+		ptrArg(kv.ptr), ptrArg(vv.ptr), intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(blocks.ptr),
+		intArg(p.BlockSize), intArg(T), intArg(start), intArg(row))
+}
+
+// Attention: out [T, H, Dh] over positions 0..start+T-1 of the sequence
+// with block table blocks (null: a contiguous cache) (attention.cu).
+func (k *K) Attention(out, q Buf, p *KVPool, blocks Buf, T, start, H int, scale float32) error {
+	ctx := start + T
+	scores, err := k.d.persistent("attention_scores", 4*T*H*ctx)
+	if err != nil {
+		return err
+	}
+	return k.d.launch("lb_attention", [3]int{T, H, 1}, [3]int{128, 1, 1}, 4*p.HeadDim,
+		ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale),
+		f32Arg(p.VScale), ptrArg(blocks.ptr), intArg(p.BlockSize), intArg(start), intArg(H), intArg(p.KVHeads),
+		intArg(p.HeadDim), f32Arg(scale), ptrArg(scores.ptr), intArg(ctx))
+}
+
+// SiLUMul: out[i] = silu(gate[i])·up[i] for n elements (silu_mul.cu).
+func (k *K) SiLUMul(out, gate, up Buf, n int) error {
+	return k.d.launch("lb_silu_mul", grid1(n, 256), [3]int{256, 1, 1}, 0, ptrArg(out.ptr), ptrArg(gate.ptr), ptrArg(up.ptr), i64Arg(int64(n)))
+}
+
+// Add: out[i] = a[i] + b[i] for n elements (silu_mul.cu).
+func (k *K) Add(out, a, b Buf, n int) error {
+	return k.d.launch("lb_add", grid1(n, 256), [3]int{256, 1, 1}, 0, ptrArg(out.ptr), ptrArg(a.ptr), ptrArg(b.ptr), i64Arg(int64(n)))
+}
+
+// LogSoftmax of T rows of V (log_softmax.cu).
+func (k *K) LogSoftmax(out, logits Buf, T, V int) error {
+	return k.d.launch("lb_log_softmax", [3]int{T, 1, 1}, [3]int{512, 1, 1}, 0, ptrArg(out.ptr), ptrArg(logits.ptr), intArg(V))
+}
+
+// Embed gathers x [T, hidden] float32 from a BF16 table for ids [T] int32
+// (embed.cu).
+func (k *K) Embed(x, table, ids Buf, T, hidden int) error {
+	return k.d.launch("lb_embed", grid1(T*hidden, 256), [3]int{256, 1, 1}, 0, ptrArg(x.ptr), ptrArg(table.ptr), ptrArg(ids.ptr), intArg(T), intArg(hidden))
+}
+
+// Poison fills b with 0xFF bytes (float32 NaNs), so that unwritten output
+// shows.
+func (k *K) Poison(b Buf) error { return k.d.poison(b.ptr, b.bytes) }
+
+// Upload copies host bytes into a scratch span and returns it.
+func (k *K) Upload(src []byte) (Buf, error) {
+	p, err := k.d.upload(unsafe.Pointer(unsafe.SliceData(src)), len(src))
+	return Buf{p, len(src)}, err
+}
+
+// Download copies b to host memory.
+func (k *K) Download(dst []byte, b Buf) error {
+	return k.d.download(unsafe.Pointer(unsafe.SliceData(dst)), b.ptr, len(dst))
+}
+
+// Copy copies src into dst on the device (min of the two sizes).
+func (k *K) Copy(dst, src Buf) error {
+	n := min(dst.bytes, src.bytes)
+	if n == 0 {
+		return nil
+	}
+	return check("cuMemcpyDtoD", C.lb_cuMemcpyDtoD(dst.ptr, src.ptr, C.size_t(n)))
+}
+
+// CopyBandwidth measures the device-to-device copy rate in bytes per
+// second, counting bytes read plus bytes written (the device machine's
+// method): the median of reps copies of n bytes after a warm-up.
+func (d *Device) CopyBandwidth(n, reps int) (float64, error) {
+	a, err := d.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer d.Free(a)
+	b, err := d.Alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	defer d.Free(b)
+	if err := d.Run(func(k *K) error { return k.Poison(a) }); err != nil {
+		return 0, err
+	}
+	times := make([]float64, 0, reps)
+	for i := range reps + 1 {
+		start := time.Now()
+		if err := d.Run(func(k *K) error { return k.Copy(b, a) }); err != nil {
+			return 0, err
+		}
+		if i > 0 {
+			times = append(times, time.Since(start).Seconds())
+		}
+	}
+	slices.Sort(times)
+	return 2 * float64(n) / times[len(times)/2], nil
+}
+
+// GatherRows: dst [n, width] = src rows rows[0..n) (int32 indices)
+// (gather.cu).
+func (k *K) GatherRows(dst, src, rows Buf, n, width int) error {
+	return k.d.launch("lb_gather_rows", grid1(n*width, 256), [3]int{256, 1, 1}, 0, ptrArg(dst.ptr), ptrArg(src.ptr), ptrArg(rows.ptr), intArg(n), intArg(width))
+}

@@ -1,0 +1,257 @@
+//go:build cgo
+
+package runtime
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lowbit-ai/lowbit/checkpoint"
+	"github.com/lowbit-ai/lowbit/kernels"
+	"github.com/lowbit-ai/lowbit/kernels/cpu"
+	"github.com/lowbit-ai/lowbit/kernels/cuda"
+	"github.com/lowbit-ai/lowbit/quantize"
+	"github.com/lowbit-ai/lowbit/synth"
+)
+
+// The CUDA tests run where a GPU is present (scripts/device_cuda.sh on the
+// H200 machine) and skip elsewhere. The "cuda" backend runs every forward
+// test (logits against transformers, batch invariance, quantized
+// numerics) through the CUDA kernels with host copies (cuda.Ops); the
+// executor tests run the device-resident forward.
+
+var cudaDev struct {
+	once sync.Once
+	d    *cuda.Device
+	err  error
+}
+
+func cudaDevice(t testing.TB) *cuda.Device {
+	t.Helper()
+	cudaDev.once.Do(func() { cudaDev.d, cudaDev.err = cuda.Open(cuda.Options{}) })
+	if errors.Is(cudaDev.err, cuda.ErrNoDevice) {
+		t.Skipf("no GPU: %v", cudaDev.err)
+	}
+	if cudaDev.err != nil {
+		t.Fatal(cudaDev.err)
+	}
+	return cudaDev.d
+}
+
+func init() {
+	backends = append(backends, backend{name: "cuda", ops: func(t testing.TB) kernels.Ops { return cuda.NewOps(cudaDevice(t)) }})
+}
+
+// executorCase runs three sequences chunked and interleaved over an
+// executor and returns each one's logits rows for all its tokens.
+func executorCase(t *testing.T, exec Executor, seqs [][]int, V int) [][]float32 {
+	t.Helper()
+	bs := exec.BlockSize()
+	steps := [][]int{{5, 7, 3}, {6, 7, 4}, {12, 7, 19}, {12, 7, 20}}
+	perm := rand.New(rand.NewPCG(8, 8)).Perm(exec.Blocks())
+	var tables [][]int32
+	for i, s := range seqs {
+		var tb []int32
+		for j := range (len(s) + bs - 1) / bs {
+			tb = append(tb, int32(perm[8*i+j]))
+		}
+		tables = append(tables, tb)
+	}
+	out := make([][]float32, len(seqs))
+	done := make([]int, len(seqs))
+	for _, ends := range steps {
+		var batch []BatchEntry
+		var who []int
+		for i, end := range ends {
+			end = min(end, len(seqs[i]))
+			if end > done[i] {
+				batch = append(batch, BatchEntry{Blocks: tables[i], Start: done[i], Tokens: seqs[i][done[i]:end], Logits: end - done[i]})
+				who = append(who, i)
+			}
+		}
+		logits, err := exec.Forward(batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := 0
+		for k, i := range who {
+			n := batch[k].Logits
+			out[i] = append(out[i], logits[r*V:(r+n)*V]...)
+			r += n
+			done[i] += n
+		}
+	}
+	return out
+}
+
+// TestCUDAExecutor: the device-resident forward gives the CPU's logits
+// within float32 summation-order differences (float32 KV cache), and is
+// batch invariant bit for bit on the GPU (every dtype).
+func TestCUDAExecutor(t *testing.T) {
+	d := cudaDevice(t)
+	ops, err := cpu.New()
+	if err != nil {
+		t.Skip(err)
+	}
+	defer ops.Close()
+	for _, v := range []struct {
+		name   string
+		scheme quantize.Scheme
+	}{{"bf16", 0}, {"fp8-dynamic", quantize.FP8Dynamic}, {"nvfp4a16", quantize.NVFP4A16}} {
+		t.Run(v.name, func(t *testing.T) {
+			dir := tinyModel(t, checkpoint.Qwen3)
+			if v.scheme != 0 {
+				q := t.TempDir()
+				quantizeTo(t, dir, q, quantize.Options{Scheme: v.scheme, Format: quantize.CompressedTensors}, "")
+				dir = q
+			}
+			m := loadModel(t, dir, ops)
+			rng := rand.New(rand.NewPCG(1, 2))
+			seqs := make([][]int, 3)
+			for i, n := range []int{12, 7, 20} {
+				for range n {
+					seqs[i] = append(seqs[i], rng.IntN(151000))
+				}
+			}
+			V := m.VocabSize()
+			for _, dt := range []kernels.KVDType{kernels.KVFloat32, kernels.KVBF16, kernels.KVFP8} {
+				gpu, err := NewCUDAExecutor(m, d, 32, 4, dt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				together := executorCase(t, gpu, seqs, V)
+				for i, s := range seqs {
+					alone, err := gpu.Forward([]BatchEntry{{Blocks: []int32{20, 21, 22, 23, 24, 25, 26, 27}, Tokens: s, Logits: len(s)}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !sameBits(alone, together[i]) {
+						t.Errorf("%v: sequence %d: GPU logits alone differ from batched (max |Δ| %.3g)", dt, i, maxDiff(alone, together[i]))
+					}
+				}
+				gpu.Close()
+				if dt != kernels.KVFloat32 {
+					continue
+				}
+				pool, err := m.NewKVPool(32, 4, dt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cpuOut := executorCase(t, pool, seqs, V)
+				for i := range seqs {
+					var scale float64
+					for _, x := range cpuOut[i] {
+						scale = max(scale, math.Abs(float64(x)))
+					}
+					diff := maxDiff(cpuOut[i], together[i])
+					t.Logf("sequence %d: max |Δ logit| GPU vs CPU %.3g (logits up to %.3g)", i, diff, scale)
+					if diff > 1e-4*max(scale, 1) {
+						t.Errorf("sequence %d: GPU logits differ from the CPU's by %.3g, want <= %.3g", i, diff, 1e-4*max(scale, 1))
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCUDADecode: batch-1 decode of the Qwen3-0.6B shape (BF16) on
+// the device-resident forward, beside the roofline: the bytes one step
+// reads (weights and KV cache) over the copy bandwidth measured in the
+// same run.
+//
+//	kernels/cuda... runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x
+func BenchmarkCUDADecode(b *testing.B) {
+	d := cudaDevice(b)
+	bw, err := d.CopyBandwidth(2<<30, 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ops, err := cpu.New()
+	if err != nil {
+		b.Skip(err)
+	}
+	defer ops.Close()
+	size := os.Getenv("LOWBIT_BENCH_SIZE")
+	if size == "" {
+		size = "qwen3-0.6b"
+	}
+	dir := benchModel(b, size)
+	m, err := Load(dir, ops)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	const bs, prompt = 16, 256
+	gpu, err := NewCUDAExecutor(m, d, 64, bs, kernels.KVBF16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gpu.Close()
+	blocks := make([]int32, 64)
+	for i := range blocks {
+		blocks[i] = int32(i)
+	}
+	toks := make([]int, prompt)
+	for i := range toks {
+		toks[i] = (i*7919 + 13) % 151669
+	}
+	t0 := time.Now()
+	logits, err := gpu.Forward([]BatchEntry{{Blocks: blocks, Tokens: toks, Logits: 1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prefill := time.Since(t0)
+	tok := argmax(logits)
+	pos := prompt
+	step := func() {
+		logits, err := gpu.Forward([]BatchEntry{{Blocks: blocks, Start: pos, Tokens: []int{tok}, Logits: 1}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok = argmax(logits)
+		pos++
+		if pos >= 64*bs-1 {
+			pos = prompt
+		}
+	}
+	for range 3 {
+		step()
+	}
+	b.ResetTimer()
+	t0 = time.Now()
+	for range b.N {
+		step()
+	}
+	el := time.Since(t0)
+	b.StopTimer()
+	perToken := float64(m.WeightBytes()) + float64(m.KVBlockBytes(1, kernels.KVBF16))*float64(prompt+32)
+	b.ReportMetric(float64(b.N)/el.Seconds(), "tok/s")
+	b.ReportMetric(bw/perToken, "roofline-tok/s")
+	b.ReportMetric(float64(b.N)/el.Seconds()/(bw/perToken), "of-roofline")
+	b.ReportMetric(bw/1e9, "copy-GB/s")
+	b.ReportMetric(float64(prompt)/prefill.Seconds(), "prefill-tok/s")
+}
+
+// benchModel returns a synthetic BF16 Qwen3 checkpoint of the given size,
+// written on first use under the temporary directory.
+func benchModel(b *testing.B, size string) string {
+	benchMu.Lock()
+	defer benchMu.Unlock()
+	dir := filepath.Join(os.TempDir(), "lowbit-bench-"+size, "bf16")
+	if _, err := checkpoint.ReadInventory(dir); err == nil {
+		return dir
+	}
+	os.RemoveAll(dir)
+	t0 := time.Now()
+	if _, err := synth.Write(dir, synth.Options{Arch: checkpoint.Qwen3, Size: size, Seed: 1}); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("wrote %s in %v", dir, time.Since(t0).Round(time.Millisecond))
+	return dir
+}
