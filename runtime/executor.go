@@ -20,7 +20,9 @@ type Executor interface {
 var _ Executor = (*KVPool)(nil)
 
 // Forward runs ForwardBatch of the pool's model on the pool.
-func (p *KVPool) Forward(batch []BatchEntry) ([]float32, error) { return p.m.ForwardBatch(p, batch, nil) }
+func (p *KVPool) Forward(batch []BatchEntry) ([]float32, error) {
+	return p.m.ForwardBatch(p, batch, nil)
+}
 
 // Close does nothing: the pool is Go memory.
 func (p *KVPool) Close() error { return nil }
