@@ -1,6 +1,8 @@
 package server
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -70,7 +72,7 @@ func TestChatRendering(t *testing.T) {
 			}},
 		{"chat_template_kwargs", `{"messages":[{"role":"user","content":"a"}],"chat_template_kwargs":{"enable_thinking":false,"n":3}}`,
 			func(t *testing.T, in chat.Input, prompt string) {
-				if in.Kwargs["enable_thinking"] != false || in.Kwargs["n"] != 3 || !in.AddGenerationPrompt {
+				if rawString(in.Kwargs["enable_thinking"]) != "false" || rawString(in.Kwargs["n"]) != "3" || !in.AddGenerationPrompt {
 					t.Errorf("kwargs %v", in.Kwargs)
 				}
 				if !strings.HasSuffix(prompt, "<think>\n\n</think>\n\n") {
@@ -83,19 +85,21 @@ func TestChatRendering(t *testing.T) {
 					t.Errorf("special tokens %q %q", in.BOSToken, in.EOSToken)
 				}
 			}},
-		{"tools with tool_choice none", `{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","x":1}}}],"tool_choice":"none"}`,
+		{"tools with tool_choice none", `{"messages":[{"role":"user","content":"a"}],"tools":[{"function":{"parameters":{"type":"object","x":1,"a":2.0},"name":"f"},"extra":1}],"tool_choice":"none"}`,
 			func(t *testing.T, in chat.Input, prompt string) {
-				fn := in.Tools[0].(map[string]any)["function"].(map[string]any)
-				if fn["parameters"].(map[string]any)["x"] != 1 || !strings.Contains(prompt, "# Tools") {
-					t.Errorf("tools %v", in.Tools)
+				// vLLM's model_dump: type, then name, description (null),
+				// parameters, with the schema's key order kept.
+				want := `{"type":"function","function":{"name":"f","description":null,"parameters":{"type":"object","x":1,"a":2.0}}}`
+				if got := rawString(in.Tools[0]); got != want || !strings.Contains(prompt, "# Tools") {
+					t.Errorf("tool %s, want %s", got, want)
 				}
 			}},
 		{"tool call arguments parsed", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{\"city\": \"Paris\", \"n\": 2}"}}]},{"role":"tool","content":"ok","tool_call_id":"1"}]}`,
 			func(t *testing.T, in chat.Input, prompt string) {
-				call := in.Messages[1]["tool_calls"].([]any)[0].(map[string]any)
-				args := call["function"].(map[string]any)["arguments"].(map[string]any)
-				if args["city"] != "Paris" || args["n"] != 2 || in.Messages[1]["content"] != "" || in.Messages[2]["tool_call_id"] != "1" {
-					t.Errorf("messages %v", in.Messages)
+				call := rawString(in.Messages[1]["tool_calls"].([]any)[0])
+				want := `{"id":"1","type":"function","function":{"name":"f","arguments":{"city": "Paris", "n": 2}}}`
+				if call != want || in.Messages[1]["content"] != "" || rawString(in.Messages[2]["tool_call_id"]) != `"1"` {
+					t.Errorf("tool call %s, want %s; messages %v", call, want, in.Messages)
 				}
 			}},
 		{"continue the final message", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"The answer is"}],"continue_final_message":true,"add_generation_prompt":false}`,
@@ -276,4 +280,20 @@ func TestChatRealTemplate(t *testing.T) {
 	if got := tok.Decode(fe.requests()[0].Prompt, false); got != want {
 		t.Errorf("prompt %q, want %q", got, want)
 	}
+	// A tool reaches the prompt through tojson as vLLM dumps it: its
+	// schema's key order, int and float, and description null.
+	postJSON(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"tool_choice":"none",
+		"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","x":1,"a":2.0}}}]}`, 200)
+	wantTool := `{"type": "function", "function": {"name": "f", "description": null, "parameters": {"type": "object", "x": 1, "a": 2.0}}}`
+	if got := tok.Decode(fe.requests()[1].Prompt, false); !strings.Contains(got, "<tools>\n"+wantTool+"\n</tools>") {
+		t.Errorf("prompt %q lacks %s", got, wantTool)
+	}
+}
+
+// rawString shows a template value: raw JSON as its text.
+func rawString(v any) string {
+	if r, ok := v.(json.RawMessage); ok {
+		return string(r)
+	}
+	return fmt.Sprint(v)
 }

@@ -250,7 +250,7 @@ func fakeRender(tmpl string, in chat.Input) (string, error) {
 	}
 	if in.AddGenerationPrompt {
 		b.WriteString("<|im_start|>assistant\n")
-		if v, ok := in.Kwargs["enable_thinking"]; ok && v == false {
+		if v, ok := in.Kwargs["enable_thinking"]; ok && (v == false || fmt.Sprintf("%s", v) == "false") {
 			b.WriteString("<think>\n\n</think>\n\n")
 		}
 	}

@@ -22,7 +22,20 @@ import (
 
 // reqBody is a decoded request object.
 type reqBody struct {
-	m map[string]any
+	m    map[string]any
+	data []byte                     // the body as sent
+	raw  map[string]json.RawMessage // its fields raw, decoded on demand
+}
+
+// rawField returns field k as sent, for values passed on with their key
+// order (see rawjson.go).
+func (b *reqBody) rawField(k string) (json.RawMessage, bool) {
+	if b.raw == nil {
+		b.raw = map[string]json.RawMessage{}
+		json.Unmarshal(b.data, &b.raw)
+	}
+	v, ok := b.raw[k]
+	return v, ok && !isNull(v)
 }
 
 // readBody reads and decodes r's body, at most limit bytes.
@@ -78,7 +91,7 @@ func decodeBody(data []byte) (*reqBody, *apiError) {
 		return nil, (&validationError{typ: "model_attributes_type", loc: []any{"body"},
 			msg: "Input should be a valid dictionary or object to extract fields from", input: v}).apiError()
 	}
-	return &reqBody{m: m}, nil
+	return &reqBody{m: m, data: data}, nil
 }
 
 // get returns the field's value, and whether it is present and not null.
