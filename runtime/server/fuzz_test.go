@@ -20,8 +20,10 @@ var (
 func fuzzServer(t testing.TB) *Server {
 	fuzzOnce.Do(func() {
 		d := qwenDefaults
-		s, err := New(Options{Engine: &fakeEngine{}, Tokenizer: qwen3(t), ChatTemplate: testChatTemplate,
-			RenderChat: fakeRender, ServedModelNames: []string{"m"}, MaxModelLen: 64, DefaultSampling: &d,
+		// The real renderer and Qwen3's template: chat bodies reach it.
+		tok := qwen3(t)
+		s, err := New(Options{Engine: &fakeEngine{}, Tokenizer: tok, ChatTemplate: tok.Config.ChatTemplate,
+			ServedModelNames: []string{"m"}, MaxModelLen: 384, DefaultSampling: &d,
 			EOSIDs: []int{151645, 151643}, MaxPrompts: 4, MaxChoices: 8})
 		if err != nil {
 			t.Fatal(err)
