@@ -184,6 +184,23 @@ func New(opts Options) (*Server, error) {
 // paths and methods, and turns a panic into a 500 rather than a dropped
 // connection.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// vLLM allows every origin by default (Starlette's CORSMiddleware with
+	// --allowed-origins '*'), so browser clients work against it.
+	if r.Header.Get("Origin") != "" {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h := w.Header()
+			h.Set("Access-Control-Allow-Methods", "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT")
+			h.Set("Access-Control-Max-Age", "600")
+			if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
+				h.Set("Access-Control-Allow-Headers", req)
+			}
+			h.Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte("OK"))
+			return
+		}
+	}
 	byMethod, ok := s.routes[r.URL.Path]
 	if !ok {
 		writeDetail(w, http.StatusNotFound, "Not Found")

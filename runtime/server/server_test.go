@@ -278,3 +278,29 @@ func TestBodyLimitAndContentType(t *testing.T) {
 		t.Errorf("text/plain: %d %s", resp.StatusCode, data)
 	}
 }
+
+func TestCORS(t *testing.T) {
+	ts, _ := newTestServer(t, &fakeEngine{}, nil)
+	req, _ := http.NewRequest("OPTIONS", ts.URL+"/v1/completions", nil)
+	req.Header.Set("Origin", "http://example.test")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "content-type")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "*" || resp.Header.Get("Access-Control-Allow-Headers") != "content-type" {
+		t.Errorf("preflight: %d %v", resp.StatusCode, resp.Header)
+	}
+	req, _ = http.NewRequest("GET", ts.URL+"/v1/models", nil)
+	req.Header.Set("Origin", "http://example.test")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("GET with Origin: %v", resp.Header)
+	}
+}
