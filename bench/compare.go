@@ -44,7 +44,8 @@ type KindTTFT struct {
 // PhaseComparison compares one phase.
 type PhaseComparison struct {
 	PhaseInfo
-	Base, Cand PhaseSide
+	Base PhaseSide `json:"baseline"`
+	Cand PhaseSide `json:"candidate"`
 	// OutputRatio and TotalRatio are the candidate's throughputs over the
 	// baseline's (output tokens/s; input plus output tokens/s).
 	OutputRatio float64    `json:"output_ratio"`

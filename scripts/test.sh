@@ -39,6 +39,8 @@ for t in \
   ./runtime/server:FuzzCompletionRequest:100000 \
   ./runtime/server:FuzzChatRequest:50000 \
   ./tokenizer/chat:FuzzRender:20000 \
+  ./bench:FuzzSSE:100000 \
+  ./bench:FuzzParseResult:50000 \
   ./format:FuzzE4M3RoundTrip:300000; do
   IFS=: read -r pkg name n <<<"$t"
   go test -run='^$' -fuzz="^${name}\$" -fuzztime="$((n * scale))x" -fuzzminimizetime=100x "$pkg"
