@@ -310,6 +310,10 @@ func (s *Server) completionResponse(g *generation, req *completionReq, meta resp
 		if req.promptLogprobs != nil {
 			pdicts = s.promptDicts(c.prompt.ids, s.sharedPromptLogprobs(g, c))
 		}
+		echoDicts := pdicts
+		if echoDicts == nil {
+			echoDicts = make([][]lpEntry, len(c.prompt.ids)) // keeps the echoed positions aligned
+		}
 		ids, text := c.tokens, string(c.text)
 		var dicts [][]lpEntry
 		if req.logprobs != nil {
@@ -317,12 +321,12 @@ func (s *Server) completionResponse(g *generation, req *completionReq, meta resp
 		}
 		if req.echo {
 			if req.maxTokens == 0 {
-				ids, text, dicts = c.prompt.ids, c.prompt.text, pdicts
+				ids, text, dicts = c.prompt.ids, c.prompt.text, echoDicts
 			} else {
 				ids = append(append([]int{}, c.prompt.ids...), c.tokens...)
 				text = c.prompt.text + text
 				if req.logprobs != nil {
-					dicts = append(append([][]lpEntry{}, pdicts...), dicts...)
+					dicts = append(append([][]lpEntry{}, echoDicts...), dicts...)
 				}
 			}
 		}
