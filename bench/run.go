@@ -29,8 +29,8 @@ type Options struct {
 	// workload was built with it too); TokenizerName is recorded.
 	Tokenizer     *tokenizer.Tokenizer
 	TokenizerName string
-	// HTTPClient sends the requests; nil is a client without timeouts
-	// (streams of long generations take long) that keeps connections.
+	// HTTPClient sends the requests; nil is a client that keeps
+	// connections and allows a request six hours, as vLLM's.
 	HTTPClient *http.Client
 	// ReadyTimeout is how long the first request (vLLM's initial test run)
 	// is retried while the server is unreachable or answers 5xx; 0 tries
@@ -54,8 +54,9 @@ func Run(ctx context.Context, w *Workload, o Options) (*Result, error) {
 	}
 	hc := o.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
-			MaxIdleConnsPerHost: 4096, DisableCompression: true, ForceAttemptHTTP2: false}}
+		// vLLM's client allows a request six hours.
+		hc = &http.Client{Timeout: 6 * time.Hour, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
+			MaxIdleConnsPerHost: 4096, DisableCompression: true}}
 	}
 	c := &client{http: hc, base: strings.TrimRight(o.URL, "/"), model: o.Model, tok: o.Tokenizer}
 	if len(w.Phases) == 0 || w.Requests() == 0 {
