@@ -14,3 +14,18 @@ type CUDAExecutor struct{}
 func NewCUDAExecutor(*Model, *cuda.Device, int, int, kernels.KVDType) (*CUDAExecutor, error) {
 	return nil, kernels.ErrNoCgo
 }
+
+// Forward returns kernels.ErrNoCgo.
+func (e *CUDAExecutor) Forward([]BatchEntry) ([]float32, error) { return nil, kernels.ErrNoCgo }
+
+// Blocks returns 0.
+func (e *CUDAExecutor) Blocks() int { return 0 }
+
+// BlockSize returns 0.
+func (e *CUDAExecutor) BlockSize() int { return 0 }
+
+// DType returns KVFloat32.
+func (e *CUDAExecutor) DType() kernels.KVDType { return kernels.KVFloat32 }
+
+// Close does nothing.
+func (e *CUDAExecutor) Close() error { return nil }

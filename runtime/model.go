@@ -262,3 +262,16 @@ func (m *Model) WeightBytes() int64 {
 func (m *Model) KVBytesPerToken() int64 {
 	return int64(m.d.layers) * 2 * int64(m.d.kvHeads*m.d.headDim) * 4
 }
+
+// Shape is a model's sizes, for callers that size buffers.
+type Shape struct {
+	Vocab, Hidden, Intermediate, Layers int
+	Heads, KVHeads, HeadDim             int
+}
+
+// Shape returns the model's sizes.
+func (m *Model) Shape() Shape {
+	d := m.d
+	return Shape{Vocab: d.vocab, Hidden: d.hidden, Intermediate: d.inter, Layers: d.layers,
+		Heads: d.heads, KVHeads: d.kvHeads, HeadDim: d.headDim}
+}

@@ -180,6 +180,13 @@ func (k *K) MatMul(y, x Buf, T int, w *Weight) error {
 		}
 	}
 	const warps = 8
+	if w.Format == kernels.WeightBF16 && act == 0 && w.In%8 == 0 {
+		// x rows must be 16-byte aligned too: Buf offsets of whole rows of
+		// a multiple of 8 floats are, as allocations are 256-byte aligned.
+		const tt = 4 // MM_TT in matmul_bf16.cu
+		return d.launch("lb_matmul_bf16", [3]int{(w.Out + warps - 1) / warps, (T + tt - 1) / tt, 1}, [3]int{32 * warps, 1, 1}, 0,
+			ptrArg(y.ptr), ptrArg(x.ptr), ptrArg(w.Data.ptr), intArg(T), intArg(w.Out), intArg(w.In))
+	}
 	return d.launch("lb_matmul", [3]int{(w.Out + warps - 1) / warps, T, 1}, [3]int{32 * warps, 1, 1}, 0,
 		ptrArg(y.ptr), ptrArg(xe.ptr), ptrArg(xs.ptr), ptrArg(w.Data.ptr), ptrArg(w.Scales.ptr), f32Arg(w.GlobalScale),
 		intArg(T), intArg(w.Out), intArg(w.In), intArg(weightFormatIDs[w.Format]), intArg(act))
@@ -223,17 +230,16 @@ func (k *K) WriteKV(p *KVPool, kv, vv, blocks Buf, T, start int) error {
 }
 
 // Attention: out [T, H, Dh] over positions 0..start+T-1 of the sequence
-// with block table blocks (null: a contiguous cache) (attention.cu).
+// with block table blocks (null: a contiguous cache) (attention.cu; Dh at
+// most 256).
 func (k *K) Attention(out, q Buf, p *KVPool, blocks Buf, T, start, H int, scale float32) error {
-	ctx := start + T
-	scores, err := k.d.persistent("attention_scores", 4*T*H*ctx)
-	if err != nil {
-		return err
+	if p.HeadDim > 256 {
+		return fmt.Errorf("cuda: Attention: head_dim %d above the kernel's 256", p.HeadDim)
 	}
-	return k.d.launch("lb_attention", [3]int{T, H, 1}, [3]int{128, 1, 1}, 4*p.HeadDim,
+	return k.d.launch("lb_attention", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
 		ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale),
 		f32Arg(p.VScale), ptrArg(blocks.ptr), intArg(p.BlockSize), intArg(start), intArg(H), intArg(p.KVHeads),
-		intArg(p.HeadDim), f32Arg(scale), ptrArg(scores.ptr), intArg(ctx))
+		intArg(p.HeadDim), f32Arg(scale))
 }
 
 // SiLUMul: out[i] = silu(gate[i])·up[i] for n elements (silu_mul.cu).

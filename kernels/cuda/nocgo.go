@@ -29,3 +29,9 @@ func Open(Options) (*Device, error) {
 
 // Close does nothing.
 func (d *Device) Close() error { return nil }
+
+// String describes the device.
+func (d *Device) String() string { return "no device" }
+
+// MemInfo returns an error: there is no device.
+func (d *Device) MemInfo() (free, total int64, err error) { return 0, 0, ErrNoDevice }

@@ -1,0 +1,334 @@
+// Package serve assembles what `lowbit serve` runs from vLLM-style
+// settings: the kernels (a GPU when one is there, else the CPU), the model,
+// the engine with its KV cache sized from the memory settings, and the
+// OpenAI-compatible HTTP server, and runs them until the context ends,
+// then drains in-flight requests.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lowbit-ai/lowbit/kernels"
+	"github.com/lowbit-ai/lowbit/kernels/cpu"
+	"github.com/lowbit-ai/lowbit/kernels/cuda"
+	"github.com/lowbit-ai/lowbit/runtime"
+	"github.com/lowbit-ai/lowbit/runtime/engine"
+	"github.com/lowbit-ai/lowbit/runtime/server"
+)
+
+// Config holds the settings, named after vLLM's flags.
+type Config struct {
+	Model            string   // the checkpoint directory
+	Tokenizer        string   // --tokenizer; "" is Model
+	Host             string   // --host
+	Port             int      // --port
+	ServedModelNames []string // --served-model-name; nil is Model
+	MaxModelLen      int      // --max-model-len; 0 is the model's
+	// GPUMemoryUtilization is the share of the device's memory lowbit may
+	// hold (weights, activations and KV cache); on the CPU, the share of
+	// the machine's available memory the KV cache may take at most.
+	GPUMemoryUtilization float64
+	// KVCacheMemoryBytes, when set, is the KV cache's size and overrides
+	// the utilization.
+	KVCacheMemoryBytes   int64
+	KVCacheDType         string // auto, fp8 (fp8_e4m3), float32 (CPU tests)
+	MaxNumSeqs           int
+	MaxNumBatchedTokens  int
+	BlockSize            int
+	GenerationConfig     string // auto, vllm, or a directory holding generation_config.json
+	MaxLogprobs          int
+	DisablePrefixCaching bool
+	Device               string // auto, cpu, cuda
+	Threads              int    // CPU threads; 0 is all
+	Version              string
+	Log                  *slog.Logger
+	// Ready, when set, is called with the listening address once the
+	// server accepts connections.
+	Ready func(addr string)
+}
+
+// Run serves until ctx ends, then stops accepting, lets in-flight requests
+// finish for up to 30 s, and frees everything.
+func Run(ctx context.Context, c Config) error {
+	log := c.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	st, err := Start(c, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.Host, fmt.Sprint(c.Port)))
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	hs := &http.Server{Handler: st.Server, ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("serving", "address", "http://"+ln.Addr().String(), "model", st.Names[0])
+	if c.Ready != nil {
+		c.Ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining in-flight requests")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// Started is a model with its engine and HTTP handler, not yet listening.
+type Started struct {
+	Server  *server.Server
+	Engine  *engine.Engine
+	Model   *runtime.Model
+	Names   []string
+	Device  string // "cpu-avx512", "cuda NVIDIA H200 ...", ...
+	closers []func()
+}
+
+// Close stops the server and the engine and frees the model and device.
+func (s *Started) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// Start loads everything Config names and returns the handler.
+func Start(c Config, log *slog.Logger) (_ *Started, err error) {
+	st := &Started{}
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	if c.GPUMemoryUtilization == 0 {
+		c.GPUMemoryUtilization = 0.9
+	}
+	if !(c.GPUMemoryUtilization > 0 && c.GPUMemoryUtilization <= 1) {
+		return nil, fmt.Errorf("serve: --gpu-memory-utilization %g: want a value in (0, 1]", c.GPUMemoryUtilization)
+	}
+	var dev *cuda.Device
+	switch c.Device {
+	case "", "auto", "cuda":
+		dev, err = cuda.Open(cuda.Options{})
+		if err != nil {
+			if c.Device == "cuda" {
+				return nil, fmt.Errorf("serve: --device cuda: %w", err)
+			}
+			log.Info("no GPU, serving on the CPU", "reason", err)
+			err = nil
+		} else {
+			st.closers = append(st.closers, func() { dev.Close() })
+			st.Device = "cuda " + dev.String()
+		}
+	case "cpu":
+	default:
+		return nil, fmt.Errorf("serve: --device %q: want auto, cpu or cuda", c.Device)
+	}
+	ops, err := cpu.NewWithOptions(cpu.Options{Threads: c.Threads})
+	if err != nil {
+		return nil, fmt.Errorf("serve: the CPU kernels: %w", err)
+	}
+	st.closers = append(st.closers, ops.Close)
+	if dev == nil {
+		st.Device = ops.Name()
+	}
+	m, err := runtime.Load(c.Model, ops)
+	if err != nil {
+		return nil, err
+	}
+	st.Model = m
+	st.closers = append(st.closers, func() { m.Close() })
+	for _, n := range m.Notes() {
+		log.Info("note", "model", n)
+	}
+	ecfg, err := engineConfig(c, m, dev, ops)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := engine.New(m, ecfg)
+	if err != nil {
+		return nil, err
+	}
+	st.Engine = eng
+	st.closers = append(st.closers, eng.Close)
+	ecfg = eng.Config()
+	log.Info("engine", "device", st.Device, "kv_cache_dtype", eng.KVDType().String(),
+		"kv_blocks", eng.Stats().KVBlocksTotal, "block_size", ecfg.BlockSize,
+		"kv_positions", eng.Stats().KVBlocksTotal*ecfg.BlockSize, "max_model_len", ecfg.MaxModelLen,
+		"max_num_seqs", ecfg.MaxNumSeqs, "max_num_batched_tokens", ecfg.MaxNumBatchedTokens)
+
+	opts, err := serverOptions(c, ecfg.MaxModelLen)
+	if err != nil {
+		return nil, err
+	}
+	opts.Engine = eng
+	opts.Logger = log
+	srv, err := server.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	st.Server = srv
+	st.Names = opts.ServedModelNames
+	st.closers = append(st.closers, srv.Close)
+	return st, nil
+}
+
+// serverOptions reads the tokenizer, chat template and generation config.
+func serverOptions(c Config, maxModelLen int) (server.Options, error) {
+	gen := c.GenerationConfig
+	if gen == "" {
+		gen = "auto"
+	}
+	mode := gen
+	if gen != "auto" && gen != "vllm" {
+		mode = "vllm" // a directory: read below
+	}
+	opts, err := server.OptionsFromModelDir(c.Model, c.Tokenizer, mode)
+	if err != nil {
+		return opts, err
+	}
+	if mode != gen {
+		if fi, err := os.Stat(gen); err != nil || !fi.IsDir() {
+			return opts, fmt.Errorf("serve: --generation-config %q: want auto, vllm or a directory holding generation_config.json", gen)
+		}
+		gc, err := runtime.ReadGenerationConfig(gen)
+		if err != nil {
+			return opts, err
+		}
+		samp := gc.Sampling
+		opts.DefaultSampling = &samp
+		for _, id := range gc.StopIDs {
+			if !containsInt(opts.EOSIDs, id) {
+				opts.EOSIDs = append(opts.EOSIDs, id)
+			}
+		}
+	}
+	opts.MaxModelLen = maxModelLen
+	if len(c.ServedModelNames) > 0 {
+		opts.ServedModelNames = c.ServedModelNames
+	}
+	opts.MaxLogprobs = c.MaxLogprobs
+	opts.Version = c.Version
+	return opts, nil
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// engineConfig sizes the engine: its limits from the flags (with defaults
+// suited to the device) and the KV cache from the memory settings.
+func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops) (engine.Config, error) {
+	e := engine.Config{MaxModelLen: c.MaxModelLen, MaxNumSeqs: c.MaxNumSeqs, MaxNumBatchedTokens: c.MaxNumBatchedTokens,
+		BlockSize: c.BlockSize, KVCacheDType: c.KVCacheDType, DisablePrefixCaching: c.DisablePrefixCaching}
+	if e.MaxModelLen == 0 {
+		e.MaxModelLen = m.MaxPositions()
+	}
+	if e.BlockSize == 0 {
+		e.BlockSize = 16
+	}
+	if e.MaxNumSeqs == 0 {
+		e.MaxNumSeqs = 256
+		if dev == nil {
+			e.MaxNumSeqs = 16
+		}
+	}
+	if e.MaxNumBatchedTokens == 0 {
+		e.MaxNumBatchedTokens = 2048
+		if dev == nil {
+			e.MaxNumBatchedTokens = 512
+		}
+	}
+	dt, err := kvDType(c.KVCacheDType)
+	if err != nil {
+		return e, err
+	}
+	blockBytes := m.KVBlockBytes(e.BlockSize, dt)
+	// Enough for MaxNumSeqs full-length sequences is all the scheduler can
+	// use.
+	want := blockBytes * int64(e.MaxNumSeqs) * int64((e.MaxModelLen+e.BlockSize-1)/e.BlockSize)
+	switch {
+	case c.KVCacheMemoryBytes > 0:
+		e.KVCacheBytes = c.KVCacheMemoryBytes
+	case dev != nil:
+		free, total, err := dev.MemInfo()
+		if err != nil {
+			return e, err
+		}
+		// What others hold already, the weights, and the activations of
+		// the largest step stay outside the budget.
+		d := m.Shape()
+		qd, kvd := d.Heads*d.HeadDim, d.KVHeads*d.HeadDim
+		acts := int64(e.MaxNumBatchedTokens) * 4 * int64(2*d.Hidden+2*d.Intermediate+2*qd+2*kvd)
+		logits := 4 * int64(m.VocabSize()) * int64(e.MaxNumSeqs+256)
+		budget := int64(c.GPUMemoryUtilization*float64(total)) - (total - free) - m.WeightBytes() - acts - logits - 512<<20
+		e.KVCacheBytes = min(budget, want)
+	default:
+		// vLLM's CPU backend takes 4 GiB unless told otherwise
+		// (VLLM_CPU_KVCACHE_SPACE); so does lowbit, within the memory
+		// available.
+		avail := memAvailable()
+		e.KVCacheBytes = min(int64(c.GPUMemoryUtilization*float64(avail))-m.WeightBytes(), want, 4<<30)
+	}
+	minimum := blockBytes * int64((e.MaxModelLen+e.BlockSize-1)/e.BlockSize)
+	if e.KVCacheBytes < minimum {
+		return e, fmt.Errorf("serve: %d MiB for the KV cache cannot hold one sequence of max_model_len %d (%d MiB in %v): lower --max-model-len or raise --gpu-memory-utilization",
+			e.KVCacheBytes>>20, e.MaxModelLen, minimum>>20, dt)
+	}
+	if dev != nil {
+		e.NewExecutor = func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
+			return runtime.NewCUDAExecutor(m, dev, blocks, bs, dt)
+		}
+	}
+	return e, nil
+}
+
+// memAvailable returns /proc/meminfo's MemAvailable, or 8 GiB where it
+// cannot be read.
+func memAvailable() int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			var kb int64
+			if _, err := fmt.Sscanf(line, "MemAvailable: %d kB", &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 8 << 30
+}
+
+func kvDType(s string) (kernels.KVDType, error) {
+	switch s {
+	case "", "auto", "bf16", "bfloat16":
+		return kernels.KVBF16, nil
+	case "fp8", "fp8_e4m3":
+		return kernels.KVFP8, nil
+	case "float32":
+		return kernels.KVFloat32, nil
+	}
+	return 0, fmt.Errorf("serve: --kv-cache-dtype %q: want auto, fp8 or fp8_e4m3", s)
+}
