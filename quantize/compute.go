@@ -45,8 +45,23 @@ func (r *runner) compute(u *unit) (outs [][]byte, in [][]byte, err error) {
 			return nil, in, fmt.Errorf("quantize: %s: %w", u.Group, err)
 		}
 	}
+	hinv := make([]*hessianInv, len(u.Members))
+	if opts.Method == GPTQ {
+		mods := make([]string, len(u.Members))
+		for i, m := range u.Members {
+			mods[i] = m.Module
+		}
+		if hinv, err = hessiansOf(opts.Stats, mods); err != nil {
+			return nil, in, fmt.Errorf("quantize: %s: %w", u.Group, err)
+		}
+		for i, h := range hinv {
+			if h.fallback && (i == 0 || hinv[i-1] != h) && r.warn != nil {
+				r.warn(fmt.Sprintf("%s: the damped Hessian of %s is not positive definite; rounded to nearest instead of GPTQ (calibrate on more samples)", u.Group, u.Members[i].Module))
+			}
+		}
+	}
 	for i, m := range u.Members {
-		o, err := quantizeMember(opts, mats[i], m.InputAbsMax, globalScale)
+		o, err := quantizeMember(opts, mats[i], m.InputAbsMax, globalScale, hinv[i])
 		if err != nil {
 			return nil, in, fmt.Errorf("quantize: %s: %w", m.Module, err)
 		}
@@ -56,27 +71,41 @@ func (r *runner) compute(u *unit) (outs [][]byte, in [][]byte, err error) {
 }
 
 // quantizeMember returns one module's output tensors in the order of its
-// scheme's output table (outputs.go).
-func quantizeMember(opts Options, m Matrix, inputAbsMax, globalScale float32) ([][]byte, error) {
+// scheme's output table (outputs.go). hinv is the module's prepared Hessian
+// for GPTQ.
+func quantizeMember(opts Options, m Matrix, inputAbsMax, globalScale float32, hinv *hessianInv) ([][]byte, error) {
 	ct := opts.Format != ModelOpt
 	switch opts.Scheme {
 	case FP8Dynamic, FP8, FP8Block:
 		var w FP8Weight
-		var err error
-		switch {
-		case opts.Scheme == FP8Dynamic && ct:
-			err = CTFP8Channel(&w, m)
-		case opts.Scheme == FP8Dynamic:
-			err = ModelOptFP8Channel(&w, m)
-		case opts.Scheme == FP8 && ct:
-			err = CTFP8Tensor(&w, m)
-		case opts.Scheme == FP8:
-			err = ModelOptFP8Tensor(&w, m)
-		default:
-			err = CTFP8Block(&w, m)
+		fp8 := func(clip []float32) error {
+			switch {
+			case opts.Scheme == FP8Dynamic && ct:
+				return ctFP8Channel(&w, m, clip)
+			case opts.Scheme == FP8Dynamic:
+				return moFP8Channel(&w, m, clip)
+			case opts.Scheme == FP8 && ct:
+				return ctFP8Tensor(&w, m, clip)
+			case opts.Scheme == FP8:
+				return moFP8Tensor(&w, m, clip)
+			}
+			return ctFP8Block(&w, m, clip)
 		}
-		if err != nil {
+		// RTN first: it checks the matrix and gives GPTQ its scales.
+		if err := fp8(nil); err != nil {
 			return nil, err
+		}
+		switch opts.Method {
+		case MSE:
+			if err := fp8(mseFP8Clip(opts.Format, opts.Scheme, m)); err != nil {
+				return nil, err
+			}
+		case GPTQ:
+			codes, err := gptq(m, hinv, fp8ScaleAt(opts.Format, opts.Scheme, &w, m), fp8Grid)
+			if err != nil {
+				return nil, err
+			}
+			w.Weight = codes
 		}
 		if opts.Scheme != FP8 {
 			return [][]byte{w.Weight, w.Scale}, nil
@@ -88,14 +117,34 @@ func quantizeMember(opts Options, m Matrix, inputAbsMax, globalScale float32) ([
 		return [][]byte{w.Weight, w.Scale, in}, nil
 	case NVFP4, NVFP4A16:
 		var w NVFP4Weight
-		var err error
-		if ct {
-			err = CTNVFP4(&w, m, globalScale)
-		} else {
-			err = ModelOptNVFP4(&w, m, globalScale)
+		fp4 := func(clip []float32) error {
+			if ct {
+				return ctNVFP4(&w, m, globalScale, clip)
+			}
+			return moNVFP4(&w, m, globalScale, clip)
 		}
-		if err != nil {
+		if err := fp4(nil); err != nil {
 			return nil, err
+		}
+		p := ctNVFP4Params(globalScale)
+		if !ct {
+			p = moNVFP4Params(globalScale)
+		}
+		switch opts.Method {
+		case MSE:
+			clip, err := mseNVFP4Clip(m, p)
+			if err != nil {
+				return nil, err
+			}
+			if err := fp4(clip); err != nil {
+				return nil, err
+			}
+		case GPTQ:
+			codes, err := gptq(m, hinv, nvfp4ScaleAt(p, w.Scale, m), fp4Grid)
+			if err != nil {
+				return nil, err
+			}
+			packE2M1(w.Packed, codes)
 		}
 		if opts.Scheme == NVFP4A16 {
 			return [][]byte{w.Packed, w.Scale, w.GlobalScale}, nil

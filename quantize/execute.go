@@ -26,6 +26,9 @@ type WriteOptions struct {
 	InFlightBytes int64
 	// Progress, if set, is called as output bytes are written.
 	Progress func(written, total int64)
+	// Warn, if set, is told of modules quantized other than asked (GPTQ
+	// falling back to RTN); it may be called from several goroutines.
+	Warn func(msg string)
 }
 
 // Write executes the plan: it reads the source tensors from model (mapped,
@@ -77,6 +80,7 @@ type runner struct {
 	jobs   []*job // one per unit
 	unitOf []int  // output index -> unit index
 	wg     sync.WaitGroup
+	warn   func(string)
 }
 
 type job struct {
@@ -98,10 +102,10 @@ func newRunner(ctx context.Context, model *checkpoint.Model, plan *Plan, opts Wr
 		limit = 1 << 30
 	}
 	r := &runner{ctx: ctx, model: model, plan: plan, budget: newBudget(limit), work: make(chan *job),
-		unitOf: make([]int, len(plan.Outputs))}
+		unitOf: make([]int, len(plan.Outputs)), warn: opts.Warn}
 	for i := range plan.units {
 		u := &plan.units[i]
-		r.jobs = append(r.jobs, &job{u: u, done: make(chan struct{}), cost: u.InBytes})
+		r.jobs = append(r.jobs, &job{u: u, done: make(chan struct{}), cost: u.InBytes + u.Work})
 		for k := range u.Count {
 			r.unitOf[u.First+k] = i
 		}

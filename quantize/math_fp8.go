@@ -60,7 +60,12 @@ import (
 // BF16 [Rows, 1], one scale per output row. An all-zero row gets the scale
 // 2^-7 and zero codes. It fails for a malformed matrix or one that holds a
 // NaN or an infinity; dst then holds partial results.
-func CTFP8Channel(dst *FP8Weight, m Matrix) error {
+func CTFP8Channel(dst *FP8Weight, m Matrix) error { return ctFP8Channel(dst, m, nil) }
+
+// ctFP8Channel is CTFP8Channel with, when clip is not nil, clip[r] (a BF16
+// value, at most the row's absmax) standing in for row r's absmax: the
+// clipping ranges an MSE search chose.
+func ctFP8Channel(dst *FP8Weight, m Matrix, clip []float32) error {
 	if err := m.Check(); err != nil {
 		return err
 	}
@@ -72,7 +77,7 @@ func CTFP8Channel(dst *FP8Weight, m Matrix) error {
 		if err := checkFinite(m, amax, r, -1); err != nil {
 			return err
 		}
-		s := format.FP8Scale(bf16Value(amax), format.BF16)
+		s := format.FP8Scale(clipped(clip, r, bf16Value(amax)), format.BF16)
 		binary.LittleEndian.PutUint16(dst.Scale[2*r:], uint16(math.Float32bits(s)>>16))
 		encodeE4M3ViaBF16(dst.Weight[r*m.Cols:(r+1)*m.Cols], row, 1/float64(s))
 	}
@@ -88,7 +93,11 @@ func CTFP8Channel(dst *FP8Weight, m Matrix) error {
 // vLLM requantizes the per-tensor shards of a fused layer to their largest
 // scale when it loads them, so the members of a fused group need no shared
 // scale here.
-func CTFP8Tensor(dst *FP8Weight, m Matrix) error {
+func CTFP8Tensor(dst *FP8Weight, m Matrix) error { return ctFP8Tensor(dst, m, nil) }
+
+// ctFP8Tensor is CTFP8Tensor with clip[0], when clip is not nil, for the
+// absmax.
+func ctFP8Tensor(dst *FP8Weight, m Matrix, clip []float32) error {
 	if err := m.Check(); err != nil {
 		return err
 	}
@@ -96,7 +105,7 @@ func CTFP8Tensor(dst *FP8Weight, m Matrix) error {
 	if err := checkFinite(m, amax, -1, -1); err != nil {
 		return err
 	}
-	s := format.FP8Scale(bf16Value(amax), format.BF16)
+	s := format.FP8Scale(clipped(clip, 0, bf16Value(amax)), format.BF16)
 	dst.Scale = bf16Bytes(dst.Scale, s)
 	dst.Weight = resize(dst.Weight, m.Rows*m.Cols)
 	encodeE4M3ViaBF16(dst.Weight, m.BF16, 1/float64(s))
@@ -115,7 +124,11 @@ func CTFP8Tensor(dst *FP8Weight, m Matrix) error {
 //
 // Cols must be a multiple of 128 (CheckFP8BlockShape). It fails for other
 // shapes and for a matrix that holds a NaN or an infinity.
-func CTFP8Block(dst *FP8Weight, m Matrix) error {
+func CTFP8Block(dst *FP8Weight, m Matrix) error { return ctFP8Block(dst, m, nil) }
+
+// ctFP8Block is CTFP8Block with clip[br*nbc+bc], when clip is not nil, for
+// the absmax of block [br, bc].
+func ctFP8Block(dst *FP8Weight, m Matrix, clip []float32) error {
 	if err := m.Check(); err != nil {
 		return err
 	}
@@ -141,7 +154,7 @@ func CTFP8Block(dst *FP8Weight, m Matrix) error {
 			if err := checkFinite(m, a, br, bc); err != nil {
 				return err
 			}
-			s := format.FP8Scale(bf16Value(a), format.BF16)
+			s := format.FP8Scale(clipped(clip, br*nbc+bc, bf16Value(a)), format.BF16)
 			binary.LittleEndian.PutUint16(dst.Scale[2*(br*nbc+bc):], uint16(math.Float32bits(s)>>16))
 			inv[bc] = 1 / float64(s)
 		}
@@ -162,7 +175,11 @@ func CTFP8Block(dst *FP8Weight, m Matrix) error {
 // row counts as amax 448 (scale 1), and amax is at least 2^-126; codes are
 // the single rounding of the float32 quotient. It fails for a malformed
 // matrix or one that holds a NaN or an infinity.
-func ModelOptFP8Channel(dst *FP8Weight, m Matrix) error {
+func ModelOptFP8Channel(dst *FP8Weight, m Matrix) error { return moFP8Channel(dst, m, nil) }
+
+// moFP8Channel is ModelOptFP8Channel with clip[r], when clip is not nil,
+// for row r's absmax.
+func moFP8Channel(dst *FP8Weight, m Matrix, clip []float32) error {
 	if err := m.Check(); err != nil {
 		return err
 	}
@@ -174,7 +191,7 @@ func ModelOptFP8Channel(dst *FP8Weight, m Matrix) error {
 		if err := checkFinite(m, a, r, -1); err != nil {
 			return err
 		}
-		amax := bf16Value(a)
+		amax := clipped(clip, r, bf16Value(a))
 		if amax == 0 {
 			amax = format.E4M3Max // export_amax: amax[amax == 0] = maxbound
 		}
@@ -196,7 +213,11 @@ func ModelOptFP8Channel(dst *FP8Weight, m Matrix) error {
 // ModelOpt has no fallback for an all-zero matrix (its scale would be 0 and
 // its codes NaN), so that fails with an error wrapping ErrNotFinite, as do
 // a malformed matrix and one that holds a NaN or an infinity.
-func ModelOptFP8Tensor(dst *FP8Weight, m Matrix) error {
+func ModelOptFP8Tensor(dst *FP8Weight, m Matrix) error { return moFP8Tensor(dst, m, nil) }
+
+// moFP8Tensor is ModelOptFP8Tensor with clip[0], when clip is not nil, for
+// the absmax.
+func moFP8Tensor(dst *FP8Weight, m Matrix, clip []float32) error {
 	if err := m.Check(); err != nil {
 		return err
 	}
@@ -208,7 +229,7 @@ func ModelOptFP8Tensor(dst *FP8Weight, m Matrix) error {
 		return fmt.Errorf("quantize: weight [%d, %d]: %w: all zeros, which ModelOpt's per-tensor FP8 scale (absmax/448) cannot represent",
 			m.Rows, m.Cols, ErrNotFinite)
 	}
-	s := bf16Value(a) / format.E4M3Max
+	s := clipped(clip, 0, bf16Value(a)) / format.E4M3Max
 	dst.Scale = f32Bytes(dst.Scale, s)
 	dst.Weight = resize(dst.Weight, m.Rows*m.Cols)
 	encodeE4M3ViaBF16(dst.Weight, m.BF16, 1/float64(s))
@@ -265,4 +286,13 @@ func encodeE4M3(dst, src []byte, inv float64) {
 // BF16 value.
 func e4m3Direct(w uint32, inv float64) uint8 {
 	return e4m3FromF32(float32(float64(math.Float32frombits(w)) * inv))
+}
+
+// clipped returns clip[i], the absmax an MSE search chose, or amax when
+// there is no search (clip is nil).
+func clipped(clip []float32, i int, amax float32) float32 {
+	if clip == nil {
+		return amax
+	}
+	return clip[i]
 }

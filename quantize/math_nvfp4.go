@@ -120,20 +120,33 @@ func groupAmax(fn string, amax []float32) (float32, error) {
 // where the E4M3 cast would overflow: the global scale was not computed
 // over a group that includes m). dst then holds partial results.
 func CTNVFP4(dst *NVFP4Weight, m Matrix, globalScale float32) error {
+	return ctNVFP4(dst, m, globalScale, nil)
+}
+
+// ctNVFP4 is CTNVFP4 with clip[b], when clip is not nil, for the absmax of
+// group b (row-major, Cols/16 per row).
+func ctNVFP4(dst *NVFP4Weight, m Matrix, globalScale float32, clip []float32) error {
 	if err := checkNVFP4(m); err != nil {
 		return err
 	}
-	p := nvfp4Params{modelOpt: false, s: globalScale}
-	if !(p.s > 0) || math.IsInf(float64(p.s), 0) {
-		return fmt.Errorf("quantize: CTNVFP4: %w: global scale %v", ErrNotFinite, p.s)
+	if !(globalScale > 0) || math.IsInf(float64(globalScale), 0) {
+		return fmt.Errorf("quantize: CTNVFP4: %w: global scale %v", ErrNotFinite, globalScale)
 	}
+	p := ctNVFP4Params(globalScale)
+	p.clip = clip
+	dst.GlobalScale = f32Bytes(dst.GlobalScale, p.s)
+	return quantizeNVFP4(dst, m, p)
+}
+
+// ctNVFP4Params returns the constants of CT's NVFP4 with global scale gs.
+func ctNVFP4Params(gs float32) *nvfp4Params {
+	p := &nvfp4Params{modelOpt: false, s: gs}
 	// inv[c] = 1/float64(s) for block scale code c: s = float32(E4M3value(c) / gs).
 	// Code 0 never occurs (it becomes 0.125).
 	for c := 1; c < 127; c++ {
 		p.inv[c] = 1 / float64(format.E4M3ToFloat32(uint8(c))/p.s)
 	}
-	dst.GlobalScale = f32Bytes(dst.GlobalScale, p.s)
-	return quantizeNVFP4(dst, m, &p)
+	return p
 }
 
 // ModelOptNVFP4 quantizes m as ModelOpt's NVFP4 export does, with
@@ -142,21 +155,35 @@ func CTNVFP4(dst *NVFP4Weight, m Matrix, globalScale float32) error {
 // [Rows, Cols/16]; dst.GlobalScale gets "weight_scale_2", an F32 scalar
 // (shape []), which is weightScale2. It fails as CTNVFP4 does.
 func ModelOptNVFP4(dst *NVFP4Weight, m Matrix, weightScale2 float32) error {
+	return moNVFP4(dst, m, weightScale2, nil)
+}
+
+// moNVFP4 is ModelOptNVFP4 with clip[b], when clip is not nil, for the
+// absmax of group b.
+func moNVFP4(dst *NVFP4Weight, m Matrix, weightScale2 float32, clip []float32) error {
 	if err := checkNVFP4(m); err != nil {
 		return err
 	}
-	p := nvfp4Params{modelOpt: true, s: weightScale2}
-	if !(p.s > 0) || math.IsInf(float64(p.s), 0) {
-		return fmt.Errorf("quantize: ModelOptNVFP4: %w: weight_scale_2 %v", ErrNotFinite, p.s)
+	if !(weightScale2 > 0) || math.IsInf(float64(weightScale2), 0) {
+		return fmt.Errorf("quantize: ModelOptNVFP4: %w: weight_scale_2 %v", ErrNotFinite, weightScale2)
 	}
+	p := moNVFP4Params(weightScale2)
+	p.clip = clip
+	dst.GlobalScale = f32Bytes(dst.GlobalScale, p.s)
+	return quantizeNVFP4(dst, m, p)
+}
+
+// moNVFP4Params returns the constants of ModelOpt's NVFP4 with
+// weight_scale_2 s2.
+func moNVFP4Params(s2 float32) *nvfp4Params {
+	p := &nvfp4Params{modelOpt: true, s: s2}
 	p.d = float32(format.E2M1Max * p.s) // 6.0 * weights_scaling_factor_2, in float32
 	// inv[c] = 1/float64(float32(E4M3value(c) * s2)); code 0 gives +Inf,
 	// which quantizeNVFP4 handles apart.
 	for c := range 127 {
 		p.inv[c] = 1 / float64(float32(format.E4M3ToFloat32(uint8(c))*p.s))
 	}
-	dst.GlobalScale = f32Bytes(dst.GlobalScale, p.s)
-	return quantizeNVFP4(dst, m, &p)
+	return p
 }
 
 // nvfp4Params holds one NVFP4 call's per-tensor constants.
@@ -165,6 +192,7 @@ type nvfp4Params struct {
 	s        float32      // CT's global scale, or ModelOpt's weight_scale_2
 	d        float32      // ModelOpt: float32(6 * weight_scale_2)
 	inv      [128]float64 // 1/float64(element scale), by block scale code
+	clip     []float32    // when set, each group's absmax as an MSE search chose it
 }
 
 // blockScale returns the scale code of a group of 16 whose absmax is amax.
@@ -231,7 +259,7 @@ func quantizeNVFP4(dst *NVFP4Weight, m Matrix, p *nvfp4Params) error {
 		if amax >= bf16Inf {
 			return checkFinite(m, uint32(amax), b*g/m.Cols, -1)
 		}
-		code, err := p.blockScale(m, bf16Value(uint32(amax)))
+		code, err := p.blockScale(m, clipped(p.clip, b, bf16Value(uint32(amax))))
 		if err != nil {
 			return err
 		}

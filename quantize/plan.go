@@ -27,9 +27,12 @@ type Options struct {
 	// QuantizeLinearAttn overrides the Qwen3.5 default of keeping the Gated
 	// DeltaNet projections in BF16 with NVFP4.
 	QuantizeLinearAttn bool
-	// Stats holds calibration statistics; static schemes and the FP8 KV
-	// cache need them. It may be nil.
+	// Stats holds calibration statistics; static schemes, the FP8 KV
+	// cache and GPTQ need them. It may be nil.
 	Stats *stats.Stats
+	// Method is how weights are rounded: RTN (the zero value), MSE or GPTQ
+	// (which needs Hessians in Stats).
+	Method Method
 }
 
 // matrix is a BF16 [Rows, Cols] matrix inside a source tensor, at byte
@@ -73,6 +76,7 @@ type unit struct {
 	First   int      // index of the unit's first output
 	Count   int      // number of outputs
 	InBytes int64    // source bytes read
+	Work    int64    // working memory beyond the source and outputs (GPTQ)
 }
 
 // Action says what happens to one output tensor, for printing the plan.

@@ -105,6 +105,12 @@ func (p *Plan) addGroup(g string, cs []*candidate, outs []output) error {
 			return err
 		}
 		m := member{Module: c.module, Src: c.src, First: len(p.Outputs)}
+		if p.Opts.Method == GPTQ {
+			if err := p.checkHessian(c.module, c.src.Cols); err != nil {
+				return err
+			}
+			u.Work += gptqWorkBytes(c.src.Rows, c.src.Cols)
+		}
 		if p.Opts.Scheme.StaticInputs() {
 			amax, err := p.inputAbsMax(c.module)
 			if err != nil {
@@ -118,7 +124,7 @@ func (p *Plan) addGroup(g string, cs []*candidate, outs []output) error {
 				in = c.src.bytes()
 			}
 			p.addOutput(checkpoint.TensorSpec{Name: c.module + "." + o.suffix, DType: o.dtype, Shape: o.shape(c.src.Rows, c.src.Cols)},
-				c.src.Tensor, p.Opts.Scheme.String(), in)
+				c.src.Tensor, p.how(), in)
 		}
 		u.Members = append(u.Members, m)
 		u.InBytes += c.src.bytes()
@@ -171,6 +177,36 @@ func (b *planBuilder) addKVScales() error {
 			j := p.addOutput(checkpoint.TensorSpec{Name: o.name, DType: o.dtype, Shape: o.shape}, "", "kv-scale", 0)
 			p.units = append(p.units, unit{Kind: constant, Const: val, First: j, Count: 1})
 		}
+	}
+	return nil
+}
+
+// how names a quantized output's action in the printed plan: the scheme,
+// with the method unless it is RTN ("nvfp4+gptq").
+func (p *Plan) how() string {
+	if p.Opts.Method == RTN {
+		return p.Opts.Scheme.String()
+	}
+	return p.Opts.Scheme.String() + "+" + p.Opts.Method.String()
+}
+
+// checkHessian reports whether GPTQ has a Hessian for module, whose input
+// has cols channels.
+func (p *Plan) checkHessian(module string, cols int) error {
+	s := p.Opts.Stats
+	if s == nil {
+		return fmt.Errorf("quantize: --method gptq needs input Hessians: run lowbit calibrate --hessian and pass --calib STATS")
+	}
+	if !s.HasHessian(module) {
+		return fmt.Errorf("quantize: --method gptq: %s has no Hessian for %s: rerun lowbit calibrate with --hessian", s.Path(), module)
+	}
+	ch, err := s.ChannelAbsMax(module)
+	if err != nil {
+		return err
+	}
+	if len(ch) != cols {
+		return fmt.Errorf("quantize: %s: the statistics in %s describe %d input channels, but the weight has %d: they are for another model; rerun lowbit calibrate on this one",
+			module, s.Path(), len(ch), cols)
 	}
 	return nil
 }

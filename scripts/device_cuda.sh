@@ -37,6 +37,25 @@ echo "== batch-1 decode on the device-resident forward"
 (cd runtime && ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x 2>&1) | tee "$out/bench_cuda.txt" | grep -E "Benchmark|wrote"
 (cd runtime && LOWBIT_BENCH_SIZE=qwen3-8b timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 32x 2>&1) | tee "$out/bench_cuda_8b.txt" | grep -E "Benchmark|wrote"
 
+echo "== lowbit serve on the GPU (tiny model; then a small random-dataset bench on the Qwen3-0.6B shape)"
+sd=$(mktemp -d)
+.device/bin/lowbit synth --arch qwen3 --out "$sd/tiny" >/dev/null 2>&1
+.device/bin/lowbit serve "$sd/tiny" --served-model-name tiny --host 127.0.0.1 --port 8011 --max-model-len 4096 2>"$out/serve.log" &
+pid=$!
+for i in $(seq 240); do curl -sf localhost:8011/health >/dev/null && break; sleep 0.5; done
+curl -s localhost:8011/v1/completions -H 'content-type: application/json' \
+  -d '{"model":"tiny","prompt":"Hello","max_tokens":8,"temperature":0,"prompt_logprobs":2}' | head -c 600; echo
+curl -s localhost:8011/v1/chat/completions -H 'content-type: application/json' \
+  -d '{"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}' | tail -c 400; echo
+kill $pid; wait $pid 2>/dev/null
+grep -E "engine|GPU|error" "$out/serve.log" | head -5
+.device/bin/lowbit serve /tmp/lowbit-bench-qwen3-0.6b/bf16 --served-model-name q06 --host 127.0.0.1 --port 8012 --max-model-len 4096 2>"$out/serve06.log" &
+pid=$!
+for i in $(seq 240); do curl -sf localhost:8012/health >/dev/null && break; sleep 0.5; done
+timeout 200 .device/bin/lowbit bench --url http://127.0.0.1:8012 --workload random --random-input-len 512 --random-output-len 128 --num-prompts 64 --max-concurrency 16 --ignore-eos --out "$out/bench_random.json" 2>&1 | tail -25
+kill $pid; wait $pid 2>/dev/null
+grep -E "engine" "$out/serve06.log" | head -3
+
 echo "== tokenizer speed: lowbit (Go) and Hugging Face tokenizers, same machine"
 tokdir=$(mktemp -d)
 python3 -c "import gzip,shutil; shutil.copyfileobj(gzip.open('internal/qwen3tok/tokenizer.json.gz'), open('$tokdir/tokenizer.json','wb'))"

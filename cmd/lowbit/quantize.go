@@ -18,6 +18,7 @@ import (
 func newQuantizeCmd() *cobra.Command {
 	var (
 		model, out, scheme, formatName, kvDType, calib, maxShard string
+		method                                                   string
 		ignore                                                   []string
 		kvScaleOne, linearAttn, dryRun, quiet                    bool
 	)
@@ -45,6 +46,9 @@ Qwen3.5's Gated DeltaNet projections stay in BF16 unless --quantize-linear-attn.
 				return usageError{err}
 			}
 			if opts.Format, err = quantize.ParseFormat(formatName); err != nil {
+				return usageError{err}
+			}
+			if opts.Method, err = quantize.ParseMethod(method); err != nil {
 				return usageError{err}
 			}
 			switch kvDType {
@@ -84,7 +88,7 @@ Qwen3.5's Gated DeltaNet projections stay in BF16 unless --quantize-linear-attn.
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			wopts := quantize.WriteOptions{MaxShardBytes: shard}
+			wopts := quantize.WriteOptions{MaxShardBytes: shard, Warn: func(msg string) { fmt.Fprintln(os.Stderr, "\nlowbit: warning:", msg) }}
 			if !quiet {
 				bar := progressbar.DefaultBytes(plan.BytesOut, "quantizing to "+out)
 				wopts.Progress = func(written, _ int64) { bar.Set64(written) }
@@ -104,6 +108,7 @@ Qwen3.5's Gated DeltaNet projections stay in BF16 unless --quantize-linear-attn.
 	f.StringVar(&formatName, "format", "compressed-tensors", "compressed-tensors or modelopt")
 	f.StringVar(&kvDType, "kv-cache-dtype", "auto", "auto (model dtype) or fp8 (writes k/v scales from --calib)")
 	f.StringVar(&calib, "calib", "", "calibration statistics from lowbit calibrate")
+	f.StringVar(&method, "method", "rtn", "weight rounding: rtn, mse (clipping search) or gptq (needs --calib from calibrate --hessian)")
 	f.BoolVar(&kvScaleOne, "kv-scale-one", false, "with --kv-cache-dtype fp8 and no statistics, accept k/v scales of 1.0")
 	f.StringArrayVar(&ignore, "ignore", nil, "keep a module in BF16: its name, or re:REGEX (repeatable)")
 	f.BoolVar(&linearAttn, "quantize-linear-attn", false, "quantize Qwen3.5 Gated DeltaNet projections with NVFP4 too")
