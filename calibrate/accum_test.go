@@ -12,7 +12,7 @@ import (
 func TestSiteAgainstNaive(t *testing.T) {
 	const n = 13
 	r := rand.New(rand.NewPCG(1, 2))
-	s := newSite(n, true)
+	s := newSite(n, new([]float32))
 	var all [][]float32
 	for _, T := range []int{1, 7, 3, 20} {
 		x := make([]float32, T*n)
@@ -66,7 +66,7 @@ func TestSiteAgainstNaive(t *testing.T) {
 
 func TestSiteRejectsNonFinite(t *testing.T) {
 	for _, v := range []float32{float32(math.NaN()), float32(math.Inf(-1))} {
-		s := newSite(4, true)
+		s := newSite(4, new([]float32))
 		x := []float32{1, 2, 3, 4, 5, 6, v, 8}
 		err := s.add(x, 2)
 		var nf *nonFiniteError

@@ -40,10 +40,11 @@
 // activations and KV cache (about seq_len × (hidden + intermediate + 2 ×
 // layers × kv_heads × head_dim) floats) and the accumulators. Without
 // Hessians those are a few floats per channel. Hessians cost 8·n² bytes per
-// activation of width n (about 1.6 GB per Qwen3-8B layer), so Run splits the
-// layers into passes whose Hessians fit Options.HessianBudget and runs the
-// samples once per pass, each pass keeping only its own layers'
-// statistics. Every pass runs the whole forward (the runtime cannot stop
+// activation of width n (about 1.6 GB per Qwen3-8B layer; plus one float32
+// scratch for the widest, where each sample's Σ x xᵀ is formed before it is
+// added in float64), so Run splits the layers into passes whose Hessians
+// fit Options.HessianBudget and runs the samples once per pass, each pass
+// keeping only its own layers' statistics. Every pass runs the whole forward (the runtime cannot stop
 // after a layer), so P passes cost P times the compute of one.
 //
 // # Resuming

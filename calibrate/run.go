@@ -199,8 +199,12 @@ func (r *runner) run(ctx context.Context) error {
 // statistics to the pass file.
 func (r *runner) pass(ctx context.Context, p, passes, lo, hi int) error {
 	layers := make([]*layerStats, hi-lo)
+	var tmp *[]float32
+	if r.opts.Hessian {
+		tmp = new([]float32)
+	}
 	for i := range layers {
-		layers[i] = newLayerStats(lo+i, r.sh, r.opts.Hessian)
+		layers[i] = newLayerStats(lo+i, r.sh, tmp)
 	}
 	start, tokens := 0, int64(0)
 	partial := partialFile(r.dir, p)
