@@ -35,6 +35,8 @@ for t in \
   ./calibrate/stats:FuzzParseName:300000 \
   ./calibrate/stats:FuzzParseMeta:300000 \
   ./calibrate/stats:FuzzIndexHeader:200000 \
+  ./calibrate:FuzzParseJSONL:100000 \
+  ./calibrate:FuzzParseText:100000 \
   ./tokenizer:FuzzEncodeDecode:40000 \
   ./runtime/server:FuzzCompletionRequest:100000 \
   ./runtime/server:FuzzChatRequest:50000 \
