@@ -43,6 +43,8 @@ for t in \
   ./tokenizer/chat:FuzzRender:20000 \
   ./bench:FuzzSSE:100000 \
   ./bench:FuzzParseResult:50000 \
+  ./kl:FuzzParsePrompts:20000 \
+  ./kl:FuzzParsePromptLogprobs:30000 \
   ./format:FuzzE4M3RoundTrip:300000; do
   IFS=: read -r pkg name n <<<"$t"
   go test -run='^$' -fuzz="^${name}\$" -fuzztime="$((n * scale))x" -fuzzminimizetime=100x "$pkg"

@@ -57,7 +57,7 @@ func newRootCmd() *cobra.Command {
 			stopProfile()
 		}
 	}
-	root.AddCommand(newInspectCmd(), newSynthCmd(), newQuantizeCmd(), newGenerateCmd(), newCalibrateCmd(), newBenchCmd(), newServeCmd())
+	root.AddCommand(newInspectCmd(), newSynthCmd(), newQuantizeCmd(), newGenerateCmd(), newCalibrateCmd(), newBenchCmd(), newServeCmd(), newKLCmd())
 	return root
 }
 
