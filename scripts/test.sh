@@ -45,6 +45,9 @@ for t in \
   ./bench:FuzzParseResult:50000 \
   ./kl:FuzzParsePrompts:20000 \
   ./kl:FuzzParsePromptLogprobs:30000 \
+  ./checkpoint/hub:FuzzParseBatchResponse:100000 \
+  ./arena:FuzzValidateCompletion:50000 \
+  ./arena:FuzzParseProcNetTCP:50000 \
   ./format:FuzzE4M3RoundTrip:300000; do
   IFS=: read -r pkg name n <<<"$t"
   go test -run='^$' -fuzz="^${name}\$" -fuzztime="$((n * scale))x" -fuzzminimizetime=100x "$pkg"

@@ -57,7 +57,7 @@ func newRootCmd() *cobra.Command {
 			stopProfile()
 		}
 	}
-	root.AddCommand(newInspectCmd(), newSynthCmd(), newQuantizeCmd(), newGenerateCmd(), newCalibrateCmd(), newBenchCmd(), newServeCmd(), newKLCmd())
+	root.AddCommand(newInspectCmd(), newSynthCmd(), newQuantizeCmd(), newGenerateCmd(), newCalibrateCmd(), newBenchCmd(), newServeCmd(), newKLCmd(), newEngineCmd(), newPushCmd())
 	return root
 }
 
