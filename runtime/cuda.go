@@ -31,7 +31,10 @@ type CUDAExecutor struct {
 	layers []cudaLayer
 	allocs []cuda.Buf
 
-	act cudaActs
+	act      cudaActs
+	bufGen   int
+	graphs   map[graphKey]*cuda.Graph
+	graphGen map[graphKey]int
 }
 
 type cudaLayer struct {
@@ -40,11 +43,15 @@ type cudaLayer struct {
 	kv                                cuda.KVPool
 }
 
-// cudaActs are the activation buffers of a forward of up to t tokens.
+// cudaActs are the device buffers of a forward of up to t tokens, rows
+// logits rows and tables block-table entries: activations, and the batch
+// description the kernels read (uploaded before each forward, at fixed
+// addresses so that a captured graph finds them).
 type cudaActs struct {
-	t                                    int
+	t, rows, tables                      int
 	x, h, q, k, v, att, gate, up, logits cuda.Buf
-	rows                                 int
+	ids, pos, seq, rowsIdx               cuda.Buf
+	tablesBuf                            cuda.Buf
 }
 
 // NewCUDAExecutor uploads m's weights to d and allocates a KV pool of
@@ -54,7 +61,8 @@ func NewCUDAExecutor(m *Model, d *cuda.Device, blocks, blockSize int, dtype kern
 	if blocks <= 0 || blockSize <= 0 || dtype.Size() == 0 {
 		return nil, fmt.Errorf("runtime: CUDA executor: %d blocks of %d positions in %v", blocks, blockSize, dtype)
 	}
-	e := &CUDAExecutor{m: m, d: d, dtype: dtype, blocks: blocks, blockSize: blockSize}
+	e := &CUDAExecutor{m: m, d: d, dtype: dtype, blocks: blocks, blockSize: blockSize,
+		graphs: map[graphKey]*cuda.Graph{}, graphGen: map[graphKey]int{}}
 	if err := e.upload(); err != nil {
 		e.Close()
 		return nil, err
@@ -153,6 +161,10 @@ func (e *CUDAExecutor) DType() kernels.KVDType { return e.dtype }
 
 // Close frees the executor's device memory.
 func (e *CUDAExecutor) Close() error {
+	for k, g := range e.graphs {
+		e.d.Destroy(g)
+		delete(e.graphs, k)
+	}
 	for _, b := range e.allocs {
 		e.d.Free(b)
 	}
@@ -161,155 +173,206 @@ func (e *CUDAExecutor) Close() error {
 	return nil
 }
 
-// acts returns activation buffers for t tokens and rows logits rows.
-func (e *CUDAExecutor) acts(t, rows int) (*cudaActs, error) {
+// free releases one of the executor's allocations.
+func (e *CUDAExecutor) free(b cuda.Buf) {
+	if b.Bytes() == 0 {
+		return
+	}
+	for i, x := range e.allocs {
+		if x == b {
+			e.allocs = append(e.allocs[:i], e.allocs[i+1:]...)
+			e.d.Free(b)
+			return
+		}
+	}
+}
+
+// reserve makes the buffers hold t tokens, rows logits rows and tables
+// block-table entries; growing them frees the old ones, which makes every
+// captured graph stale (bufGen).
+func (e *CUDAExecutor) reserve(t, rows, tables int) error {
 	a := &e.act
-	if t <= a.t && rows <= a.rows {
-		return a, nil
+	if t <= a.t && rows <= a.rows && tables <= a.tables {
+		return nil
+	}
+	for _, b := range []cuda.Buf{a.x, a.h, a.q, a.k, a.v, a.att, a.gate, a.up, a.logits, a.ids, a.pos, a.seq, a.rowsIdx, a.tablesBuf} {
+		e.free(b)
 	}
 	d := e.m.d
-	t, rows = max(t, a.t), max(rows, a.rows)
+	t, rows, tables = max(t, a.t), max(rows, a.rows), max(tables, a.tables, 64)
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
-	n := cudaActs{t: t, rows: rows}
+	n := cudaActs{t: t, rows: rows, tables: tables}
 	var err error
 	for _, f := range []struct {
 		dst   *cuda.Buf
 		elems int
 	}{{&n.x, t * d.hidden}, {&n.h, t * d.hidden}, {&n.q, t * qd}, {&n.k, t * kvd}, {&n.v, t * kvd},
-		{&n.att, t * qd}, {&n.gate, t * d.inter}, {&n.up, t * d.inter}, {&n.logits, rows * d.vocab}} {
+		{&n.att, t * qd}, {&n.gate, t * d.inter}, {&n.up, t * d.inter}, {&n.logits, rows * d.vocab},
+		{&n.ids, t}, {&n.pos, t}, {&n.seq, t}, {&n.rowsIdx, rows}, {&n.tablesBuf, tables}} {
 		if *f.dst, err = e.alloc(4 * f.elems); err != nil {
-			return nil, err
+			e.act = cudaActs{}
+			return err
 		}
 	}
-	*a = n
-	return a, nil
+	e.act = n
+	e.bufGen++
+	return nil
 }
 
-// Forward runs a batch (see Model.ForwardBatch) on the device.
+// Forward runs a batch (see Model.ForwardBatch) on the device. A batch of
+// decode steps only (one token and one logits row per entry) replays a CUDA
+// graph captured for its size and block-table width the first time that
+// shape ran; anything else launches the kernels one by one. Both run the
+// same kernels on the same buffers, so they give the same bits.
 func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 	m, d := e.m, e.m.d
 	T, rows, err := m.checkBatch(batch, e.blocks, e.blockSize)
 	if err != nil {
 		return nil, err
 	}
-	a, err := e.acts(T, rows)
-	if err != nil {
-		return nil, err
+	// Host-side batch description: ids, positions and sequence of each
+	// token, the block tables (one row of stride entries a sequence), and
+	// the rows that return logits.
+	stride := 1
+	decode := true
+	for _, b := range batch {
+		for stride < len(b.Blocks) {
+			stride *= 2
+		}
+		decode = decode && len(b.Tokens) == 1 && b.Logits == 1
 	}
-	// Host-side batch description: ids, positions, each entry's block
-	// table, and the rows that return logits.
-	ids, pos := make([]int32, 0, T), make([]int32, 0, T)
-	var tables []int32
-	tableAt := make([]int, len(batch))
+	ids, pos, seq := make([]int32, 0, T), make([]int32, 0, T), make([]int32, 0, T)
+	tables := make([]int32, len(batch)*stride)
 	rowIdx := make([]int32, 0, rows)
 	t := 0
 	for i, b := range batch {
-		tableAt[i] = len(tables)
-		tables = append(tables, b.Blocks...)
+		for j, blk := range b.Blocks {
+			tables[i*stride+j] = blk
+		}
 		for j, id := range b.Tokens {
 			ids = append(ids, int32(id))
 			pos = append(pos, int32(b.Start+j))
+			seq = append(seq, int32(i))
 		}
 		for r := len(b.Tokens) - b.Logits; r < len(b.Tokens); r++ {
 			rowIdx = append(rowIdx, int32(t+r))
 		}
 		t += len(b.Tokens)
 	}
+	if err := e.reserve(T, max(rows, 1), len(tables)); err != nil {
+		return nil, err
+	}
+	key := graphKey{T, stride}
+	g := e.graphs[key]
+	if g != nil && (g.Gen != e.d.Generation() || e.graphGen[key] != e.bufGen) {
+		e.d.Destroy(g)
+		delete(e.graphs, key)
+		g = nil
+	}
 	logits := make([]float32, rows*d.vocab)
-	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
-	scale := float32(1 / math.Sqrt(float64(d.headDim)))
 	err = e.d.Run(func(k *cuda.K) error {
-		dids, err := k.Upload(i32Bytes(ids))
-		if err != nil {
-			return err
-		}
-		dpos, err := k.Upload(i32Bytes(pos))
-		if err != nil {
-			return err
-		}
-		dtables, err := k.Upload(i32Bytes(tables))
-		if err != nil {
-			return err
-		}
-		x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
-		q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
-		g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
-		if err := k.Embed(x, e.embed, dids, T, d.hidden); err != nil {
-			return err
-		}
-		for i := range e.layers {
-			dl := &e.layers[i]
-			steps := []func() error{
-				func() error { return k.RMSNorm(h, x, dl.inputNorm, T, d.hidden, d.eps, false) },
-				func() error { return k.MatMul(q, h, T, dl.q) },
-				func() error { return k.MatMul(kk, h, T, dl.k) },
-				func() error { return k.MatMul(v, h, T, dl.v) },
+		a := &e.act
+		for _, in := range []struct {
+			dst cuda.Buf
+			src []int32
+		}{{a.ids, ids}, {a.pos, pos}, {a.seq, seq}, {a.tablesBuf, tables}, {a.rowsIdx, rowIdx}} {
+			if err := k.UploadTo(in.dst, i32Bytes(in.src)); err != nil {
+				return err
 			}
-			if d.qkNorm {
-				steps = append(steps,
-					func() error { return k.RMSNorm(q, q, dl.qNorm, T*d.heads, d.headDim, d.eps, false) },
-					func() error { return k.RMSNorm(kk, kk, dl.kNorm, T*d.kvHeads, d.headDim, d.eps, false) })
+		}
+		if g != nil {
+			if err := k.Launch(g); err != nil {
+				return err
 			}
-			steps = append(steps,
-				func() error { return k.RoPE(q, dpos, T, d.heads, d.headDim, d.rotaryDim, d.theta) },
-				func() error { return k.RoPE(kk, dpos, T, d.kvHeads, d.headDim, d.rotaryDim, d.theta) },
-				func() error {
-					t := 0
-					for j, b := range batch {
-						n := len(b.Tokens)
-						tb := dtables.Slice(4*tableAt[j], 4*(tableAt[j]+len(b.Blocks)))
-						if err := k.WriteKV(&dl.kv, kk.F32(t*kvd, (t+n)*kvd), v.F32(t*kvd, (t+n)*kvd), tb, n, b.Start); err != nil {
-							return err
-						}
-						if err := k.Attention(att.F32(t*qd, (t+n)*qd), q.F32(t*qd, (t+n)*qd), &dl.kv, tb, n, b.Start, d.heads, scale); err != nil {
-							return err
-						}
-						t += n
-					}
-					return nil
-				},
-				func() error { return k.MatMul(h, att, T, dl.o) },
-				func() error { return k.Add(x, x, h, T*d.hidden) },
-				func() error { return k.RMSNorm(h, x, dl.postNorm, T, d.hidden, d.eps, false) },
-				func() error { return k.MatMul(g, h, T, dl.gate) },
-				func() error { return k.MatMul(u, h, T, dl.up) },
-				func() error { return k.SiLUMul(g, g, u, T*d.inter) },
-				func() error { return k.MatMul(h, g, T, dl.down) },
-				func() error { return k.Add(x, x, h, T*d.hidden) },
-			)
-			for _, s := range steps {
-				if err := s(); err != nil {
-					return err
-				}
-			}
+		} else if err := e.step(k, T, rows, stride); err != nil {
+			return err
 		}
 		if rows == 0 {
 			return nil
 		}
-		drows, err := k.Upload(i32Bytes(rowIdx))
-		if err != nil {
-			return err
-		}
-		hr := h.F32(0, rows*d.hidden)
-		if err := k.GatherRows(hr, x, drows, rows, d.hidden); err != nil {
-			return err
-		}
-		if err := k.RMSNorm(hr, hr, e.norm, rows, d.hidden, d.eps, false); err != nil {
-			return err
-		}
-		out := a.logits.F32(0, rows*d.vocab)
-		if err := k.MatMul(out, hr, rows, e.lmHead); err != nil {
-			return err
-		}
-		return k.Download(unsafe.Slice((*byte)(unsafe.Pointer(&logits[0])), 4*len(logits)), out)
+		return k.Download(unsafe.Slice((*byte)(unsafe.Pointer(&logits[0])), 4*len(logits)), a.logits.F32(0, rows*d.vocab))
 	})
 	if err != nil {
 		return nil, err
+	}
+	if decode && g == nil && len(e.graphs) < maxGraphs {
+		// The eager run just sized every buffer this shape needs.
+		if g, err := e.d.Capture(func(k *cuda.K) error { return e.step(k, T, rows, stride) }); err == nil {
+			e.graphs[key] = g
+			e.graphGen[key] = e.bufGen
+		}
 	}
 	if rows == 0 {
 		return nil, nil
 	}
 	return logits, nil
+}
+
+// maxGraphs bounds the captured decode graphs (one per batch size and
+// table width seen).
+const maxGraphs = 512
+
+type graphKey struct{ tokens, stride int }
+
+// step launches one forward over the batch described by the input buffers
+// (act.ids, pos, seq, tables, rows): T tokens, rows logits rows, block
+// tables of stride entries.
+func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride int) error {
+	d, a := e.m.d, &e.act
+	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
+	scale := float32(1 / math.Sqrt(float64(d.headDim)))
+	x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
+	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
+	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
+	bt := &cuda.Batch{Tables: a.tablesBuf, Seq: a.seq, Pos: a.pos, Stride: stride}
+	if err := k.Embed(x, e.embed, a.ids, T, d.hidden); err != nil {
+		return err
+	}
+	for i := range e.layers {
+		dl := &e.layers[i]
+		for _, f := range []func() error{
+			func() error { return k.RMSNorm(h, x, dl.inputNorm, T, d.hidden, d.eps, false) },
+			func() error { return k.MatMul(q, h, T, dl.q) },
+			func() error { return k.MatMul(kk, h, T, dl.k) },
+			func() error { return k.MatMul(v, h, T, dl.v) },
+			func() error {
+				if !d.qkNorm {
+					return nil
+				}
+				if err := k.RMSNorm(q, q, dl.qNorm, T*d.heads, d.headDim, d.eps, false); err != nil {
+					return err
+				}
+				return k.RMSNorm(kk, kk, dl.kNorm, T*d.kvHeads, d.headDim, d.eps, false)
+			},
+			func() error { return k.RoPE(q, a.pos, T, d.heads, d.headDim, d.rotaryDim, d.theta) },
+			func() error { return k.RoPE(kk, a.pos, T, d.kvHeads, d.headDim, d.rotaryDim, d.theta) },
+			func() error { return k.WriteKVBatch(&dl.kv, kk, v, bt, T) },
+			func() error { return k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale) },
+			func() error { return k.MatMul(h, att, T, dl.o) },
+			func() error { return k.Add(x, x, h, T*d.hidden) },
+			func() error { return k.RMSNorm(h, x, dl.postNorm, T, d.hidden, d.eps, false) },
+			func() error { return k.MatMul(g, h, T, dl.gate) },
+			func() error { return k.MatMul(u, h, T, dl.up) },
+			func() error { return k.SiLUMul(g, g, u, T*d.inter) },
+			func() error { return k.MatMul(h, g, T, dl.down) },
+			func() error { return k.Add(x, x, h, T*d.hidden) },
+		} {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+	}
+	if rows == 0 {
+		return nil
+	}
+	hr := h.F32(0, rows*d.hidden)
+	if err := k.GatherRows(hr, x, a.rowsIdx, rows, d.hidden); err != nil {
+		return err
+	}
+	if err := k.RMSNorm(hr, hr, e.norm, rows, d.hidden, d.eps, false); err != nil {
+		return err
+	}
+	return k.MatMul(a.logits.F32(0, rows*d.vocab), hr, rows, e.lmHead)
 }
 
 func i32Bytes(s []int32) []byte {

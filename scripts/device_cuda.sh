@@ -35,7 +35,9 @@ echo "== engine on the GPU"
 
 echo "== batch-1 decode on the device-resident forward"
 (cd runtime && ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x 2>&1) | tee "$out/bench_cuda.txt" | grep -E "Benchmark|wrote"
-(cd runtime && LOWBIT_BENCH_SIZE=qwen3-8b timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 32x 2>&1) | tee "$out/bench_cuda_8b.txt" | grep -E "Benchmark|wrote"
+(cd runtime && LOWBIT_BENCH_SIZE=qwen3-8b timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x 2>&1) | tee "$out/bench_cuda_8b.txt" | grep -E "Benchmark|wrote"
+echo "== the PyTorch/transformers baseline on the same Qwen3-8B-shape weights"
+timeout 240 python3 scripts/torch_baseline.py --model /tmp/lowbit-bench-qwen3-8b/bf16 --decode 128 --compile 2>&1 | grep -E '^\{|Error|error' | tail -5
 
 echo "== lowbit serve on the GPU (tiny model; then a small random-dataset bench on the Qwen3-0.6B shape)"
 sd=$(mktemp -d)

@@ -45,6 +45,10 @@ type Device struct {
 	Compile CompileInfo
 	pool    scratchPool
 	named   map[string]devBuf
+	stream  C.lb_handle
+	// gen counts reallocations of the persistent buffers, which captured
+	// graphs refer to by address: a graph of an older generation is stale.
+	gen int
 }
 
 // CompileInfo says how the kernels were obtained.
@@ -136,6 +140,12 @@ func Open(opts Options) (*Device, error) {
 	if err := check("cuCtxSetCurrent", C.lb_cuCtxSetCurrent(d.ctx)); err != nil {
 		return nil, err
 	}
+	// A non-blocking stream of our own: the legacy default stream cannot be
+	// captured into a graph.
+	if err := check("cuStreamCreate", C.lb_cuStreamCreate(&d.stream, 1)); err != nil {
+		C.lb_cuDevicePrimaryCtxRelease(d.dev)
+		return nil, err
+	}
 	cubin, info, err := compileKernels(d, opts.CacheDir)
 	if err != nil {
 		C.lb_cuDevicePrimaryCtxRelease(d.dev)
@@ -187,6 +197,10 @@ func (d *Device) Close() error {
 		if d.mod != nil {
 			check("cuModuleUnload", C.lb_cuModuleUnload(d.mod))
 			d.mod = nil
+		}
+		if d.stream != nil {
+			C.lb_cuStreamDestroy(d.stream)
+			d.stream = nil
 		}
 		return check("cuDevicePrimaryCtxRelease", C.lb_cuDevicePrimaryCtxRelease(d.dev))
 	})
@@ -241,11 +255,11 @@ func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...arg)
 		p = &slots[0]
 	}
 	return check("cuLaunchKernel("+name+")", C.lb_cu_launch(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
-		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), nil, p, C.int(len(args))))
+		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), d.stream, p, C.int(len(args))))
 }
 
 // sync waits for the device's work and reports an asynchronous error of a
 // kernel (locked by the caller).
 func (d *Device) sync(what string) error {
-	return check("cuCtxSynchronize after "+what, C.lb_cuCtxSynchronize())
+	return check("cuStreamSynchronize after "+what, C.lb_cuStreamSynchronize(d.stream))
 }

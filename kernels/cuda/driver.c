@@ -44,6 +44,19 @@ static void *libcuda, *libnvrtc;
 	X(cuEventSynchronize, lb_cures, (lb_handle))                                                         \
 	X(cuEventElapsedTime, lb_cures, (float *, lb_handle, lb_handle))                                     \
 	X(cuEventDestroy_v2, lb_cures, (lb_handle))                                                          \
+	X(cuStreamCreate, lb_cures, (lb_handle *, unsigned))                                                 \
+	X(cuStreamDestroy_v2, lb_cures, (lb_handle))                                                         \
+	X(cuStreamSynchronize, lb_cures, (lb_handle))                                                        \
+	X(cuStreamBeginCapture_v2, lb_cures, (lb_handle, int))                                               \
+	X(cuStreamEndCapture, lb_cures, (lb_handle, lb_handle *))                                            \
+	X(cuGraphInstantiateWithFlags, lb_cures, (lb_handle *, lb_handle, unsigned long long))               \
+	X(cuGraphLaunch, lb_cures, (lb_handle, lb_handle))                                                   \
+	X(cuGraphExecDestroy, lb_cures, (lb_handle))                                                         \
+	X(cuGraphDestroy, lb_cures, (lb_handle))                                                             \
+	X(cuMemcpyHtoDAsync_v2, lb_cures, (lb_devptr, const void *, size_t, lb_handle))                      \
+	X(cuMemcpyDtoHAsync_v2, lb_cures, (void *, lb_devptr, size_t, lb_handle))                            \
+	X(cuMemcpyDtoDAsync_v2, lb_cures, (lb_devptr, lb_devptr, size_t, lb_handle))                         \
+	X(cuMemsetD8Async, lb_cures, (lb_devptr, unsigned char, size_t, lb_handle))                          \
 	X(cuLaunchKernel, lb_cures,                                                                          \
 	  (lb_handle, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, lb_handle, void **, \
 	   void **))
@@ -130,6 +143,20 @@ lb_cures lb_cuEventRecord(lb_handle e, lb_handle s) { return p_cuEventRecord(e, 
 lb_cures lb_cuEventSynchronize(lb_handle e) { return p_cuEventSynchronize(e); }
 lb_cures lb_cuEventElapsedTime(float *ms, lb_handle a, lb_handle b) { return p_cuEventElapsedTime(ms, a, b); }
 lb_cures lb_cuEventDestroy(lb_handle e) { return p_cuEventDestroy_v2(e); }
+
+lb_cures lb_cuStreamCreate(lb_handle *s, unsigned f) { return p_cuStreamCreate(s, f); }
+lb_cures lb_cuStreamDestroy(lb_handle s) { return p_cuStreamDestroy_v2(s); }
+lb_cures lb_cuStreamSynchronize(lb_handle s) { return p_cuStreamSynchronize(s); }
+lb_cures lb_cuStreamBeginCapture(lb_handle s, int mode) { return p_cuStreamBeginCapture_v2(s, mode); }
+lb_cures lb_cuStreamEndCapture(lb_handle s, lb_handle *g) { return p_cuStreamEndCapture(s, g); }
+lb_cures lb_cuGraphInstantiate(lb_handle *e, lb_handle g) { return p_cuGraphInstantiateWithFlags(e, g, 0); }
+lb_cures lb_cuGraphLaunch(lb_handle e, lb_handle s) { return p_cuGraphLaunch(e, s); }
+lb_cures lb_cuGraphExecDestroy(lb_handle e) { return p_cuGraphExecDestroy(e); }
+lb_cures lb_cuGraphDestroy(lb_handle g) { return p_cuGraphDestroy(g); }
+lb_cures lb_cuMemcpyHtoDAsync(lb_devptr d, const void *s, size_t b, lb_handle st) { return p_cuMemcpyHtoDAsync_v2(d, s, b, st); }
+lb_cures lb_cuMemcpyDtoHAsync(void *d, lb_devptr s, size_t b, lb_handle st) { return p_cuMemcpyDtoHAsync_v2(d, s, b, st); }
+lb_cures lb_cuMemcpyDtoDAsync(lb_devptr d, lb_devptr s, size_t b, lb_handle st) { return p_cuMemcpyDtoDAsync_v2(d, s, b, st); }
+lb_cures lb_cuMemsetD8Async(lb_devptr p, unsigned char v, size_t n, lb_handle st) { return p_cuMemsetD8Async(p, v, n, st); }
 
 lb_cures lb_cu_launch(lb_handle fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                       unsigned shmem, lb_handle stream, uint64_t *slots, int nargs) {

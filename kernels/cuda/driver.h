@@ -53,6 +53,21 @@ lb_cures lb_cuEventSynchronize(lb_handle e);
 lb_cures lb_cuEventElapsedTime(float *ms, lb_handle start, lb_handle end);
 lb_cures lb_cuEventDestroy(lb_handle e);
 
+// Streams and graphs (stream capture of a decode step, replayed).
+lb_cures lb_cuStreamCreate(lb_handle *s, unsigned flags);
+lb_cures lb_cuStreamDestroy(lb_handle s);
+lb_cures lb_cuStreamSynchronize(lb_handle s);
+lb_cures lb_cuStreamBeginCapture(lb_handle s, int mode);
+lb_cures lb_cuStreamEndCapture(lb_handle s, lb_handle *graph);
+lb_cures lb_cuGraphInstantiate(lb_handle *exec, lb_handle graph);
+lb_cures lb_cuGraphLaunch(lb_handle exec, lb_handle s);
+lb_cures lb_cuGraphExecDestroy(lb_handle exec);
+lb_cures lb_cuGraphDestroy(lb_handle graph);
+lb_cures lb_cuMemcpyHtoDAsync(lb_devptr dst, const void *src, size_t bytes, lb_handle s);
+lb_cures lb_cuMemcpyDtoHAsync(void *dst, lb_devptr src, size_t bytes, lb_handle s);
+lb_cures lb_cuMemcpyDtoDAsync(lb_devptr dst, lb_devptr src, size_t bytes, lb_handle s);
+lb_cures lb_cuMemsetD8Async(lb_devptr p, unsigned char v, size_t n, lb_handle s);
+
 // lb_cu_launch launches fn with args given as 8-byte slots: slot i holds
 // argument i's value in its low bytes (the driver copies each parameter's
 // size from it).

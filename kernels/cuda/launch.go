@@ -105,7 +105,10 @@ func (d *Device) Upload(dst Buf, src []byte) error {
 		return nil
 	}
 	return d.do(func() error {
-		return check("cuMemcpyHtoD", C.lb_cuMemcpyHtoD(dst.ptr, unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src))))
+		if err := check("cuMemcpyHtoDAsync", C.lb_cuMemcpyHtoDAsync(dst.ptr, unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), d.stream)); err != nil {
+			return err
+		}
+		return d.sync("Upload")
 	})
 }
 
@@ -118,7 +121,10 @@ func (d *Device) Download(dst []byte, src Buf) error {
 		return nil
 	}
 	return d.do(func() error {
-		return check("cuMemcpyDtoH", C.lb_cuMemcpyDtoH(unsafe.Pointer(unsafe.SliceData(dst)), src.ptr, C.size_t(len(dst))))
+		if err := check("cuMemcpyDtoHAsync", C.lb_cuMemcpyDtoHAsync(unsafe.Pointer(unsafe.SliceData(dst)), src.ptr, C.size_t(len(dst)), d.stream)); err != nil {
+			return err
+		}
+		return d.sync("Download")
 	})
 }
 
@@ -284,7 +290,7 @@ func (k *K) Copy(dst, src Buf) error {
 	if n == 0 {
 		return nil
 	}
-	return check("cuMemcpyDtoD", C.lb_cuMemcpyDtoD(dst.ptr, src.ptr, C.size_t(n)))
+	return check("cuMemcpyDtoDAsync", C.lb_cuMemcpyDtoDAsync(dst.ptr, src.ptr, C.size_t(n), k.d.stream))
 }
 
 // CopyBandwidth measures the device-to-device copy rate in bytes per
@@ -322,4 +328,100 @@ func (d *Device) CopyBandwidth(n, reps int) (float64, error) {
 // (gather.cu).
 func (k *K) GatherRows(dst, src, rows Buf, n, width int) error {
 	return k.d.launch("lb_gather_rows", grid1(n*width, 256), [3]int{256, 1, 1}, 0, ptrArg(dst.ptr), ptrArg(src.ptr), ptrArg(rows.ptr), intArg(n), intArg(width))
+}
+
+// UploadTo copies host bytes into dst, in stream order (the host memory
+// may be reused once the call returns: the driver stages pageable memory).
+func (k *K) UploadTo(dst Buf, src []byte) error {
+	if len(src) > dst.bytes {
+		return fmt.Errorf("cuda: UploadTo of %d bytes into %d", len(src), dst.bytes)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return check("cuMemcpyHtoDAsync", C.lb_cuMemcpyHtoDAsync(dst.ptr, unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), k.d.stream))
+}
+
+// Graph is a captured sequence of launches, replayed with one call.
+type Graph struct {
+	exec C.lb_handle
+	Gen  int // the device's persistent-buffer generation at capture
+}
+
+// Generation returns the persistent-buffer generation: a Graph captured at
+// an older one refers to freed memory and must be captured again.
+func (d *Device) Generation() int { return d.gen }
+
+// Capture records f's launches into a Graph instead of running them. f
+// must only launch kernels and copy device to device: host copies and
+// allocations belong before the capture (run f once eagerly first, so that
+// the buffers it needs exist at their final size).
+func (d *Device) Capture(f func(k *K) error) (*Graph, error) {
+	var g *Graph
+	err := d.do(func() error {
+		d.pool.next = 0
+		// CU_STREAM_CAPTURE_MODE_RELAXED: other threads' unrelated calls are
+		// not this capture's business.
+		if err := check("cuStreamBeginCapture", C.lb_cuStreamBeginCapture(d.stream, 2)); err != nil {
+			return err
+		}
+		ferr := f(&K{d})
+		var graph C.lb_handle
+		if err := check("cuStreamEndCapture", C.lb_cuStreamEndCapture(d.stream, &graph)); err != nil {
+			return err
+		}
+		defer C.lb_cuGraphDestroy(graph)
+		if ferr != nil {
+			return ferr
+		}
+		g = &Graph{Gen: d.gen}
+		return check("cuGraphInstantiate", C.lb_cuGraphInstantiate(&g.exec, graph))
+	})
+	return g, err
+}
+
+// Launch replays g in stream order.
+func (k *K) Launch(g *Graph) error {
+	if g.Gen != k.d.gen {
+		return fmt.Errorf("cuda: a graph of buffer generation %d replayed at %d", g.Gen, k.d.gen)
+	}
+	return check("cuGraphLaunch", C.lb_cuGraphLaunch(g.exec, k.d.stream))
+}
+
+// Destroy frees g.
+func (d *Device) Destroy(g *Graph) {
+	if g != nil && g.exec != nil {
+		d.do(func() error { return check("cuGraphExecDestroy", C.lb_cuGraphExecDestroy(g.exec)) })
+		g.exec = nil
+	}
+}
+
+// Batch describes the tokens of a batch for the varlen kernels: token t
+// belongs to sequence Seq[t] at position Pos[t]; sequence s's block table
+// is Tables[s·Stride ..] (int32 device arrays).
+type Batch struct {
+	Tables, Seq, Pos Buf
+	Stride           int
+}
+
+// WriteKVBatch stores a batch's keys and values, T tokens, in one launch
+// (kv_write.cu).
+func (k *K) WriteKVBatch(p *KVPool, kv, vv Buf, b *Batch, T int) error {
+	row := p.KVHeads * p.HeadDim
+	return k.d.launch("lb_kv_write_varlen", grid1(T*row, 256), [3]int{256, 1, 1}, 0, ptrArg(p.K.ptr), ptrArg(p.V.ptr),
+		ptrArg(kv.ptr), ptrArg(vv.ptr), intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(b.Tables.ptr),
+		intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), intArg(p.BlockSize), intArg(T), intArg(row))
+}
+
+// AttentionBatch runs a batch's attention, T tokens, in one launch
+// (attention.cu); each token sees its own sequence's cache up to its
+// position, with the bits of Attention.
+func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale float32) error {
+	if p.HeadDim > 256 {
+		return fmt.Errorf("cuda: Attention: head_dim %d above the kernel's 256", p.HeadDim)
+	}
+	return k.d.launch("lb_attention_varlen", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
+		ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale),
+		f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr),
+		intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), f32Arg(scale))
 }

@@ -70,7 +70,7 @@ func (d *Device) upload(src unsafe.Pointer, n int) (C.lb_devptr, error) {
 	if err != nil || n == 0 {
 		return p, err
 	}
-	return p, check("cuMemcpyHtoD", C.lb_cuMemcpyHtoD(p, src, C.size_t(n)))
+	return p, check("cuMemcpyHtoDAsync", C.lb_cuMemcpyHtoDAsync(p, src, C.size_t(n), d.stream))
 }
 
 // download copies n bytes of device memory at src to host memory at dst
@@ -79,13 +79,13 @@ func (d *Device) download(dst unsafe.Pointer, src C.lb_devptr, n int) error {
 	if n == 0 {
 		return nil
 	}
-	return check("cuMemcpyDtoH", C.lb_cuMemcpyDtoH(dst, src, C.size_t(n)))
+	return check("cuMemcpyDtoHAsync", C.lb_cuMemcpyDtoHAsync(dst, src, C.size_t(n), d.stream))
 }
 
 // poison fills n bytes at p with 0xFF (a float32 NaN), so that an element a
 // kernel forgets to write shows up (locked by the caller).
 func (d *Device) poison(p C.lb_devptr, n int) error {
-	return check("cuMemsetD8", C.lb_cuMemsetD8(p, 0xFF, C.size_t(n)))
+	return check("cuMemsetD8Async", C.lb_cuMemsetD8Async(p, 0xFF, C.size_t(n), d.stream))
 }
 
 // persistent returns the device's buffer called name with at least n
@@ -102,11 +102,15 @@ func (d *Device) persistent(name string, n int) (Buf, error) {
 		return Buf{b.ptr, n}, nil
 	}
 	if b.ptr != 0 {
-		// cuMemFree waits for the work that may still use it.
+		// Wait for the work that may still use it.
+		if err := d.sync("growing " + name); err != nil {
+			return Buf{}, err
+		}
 		if err := check("cuMemFree", C.lb_cuMemFree(b.ptr)); err != nil {
 			return Buf{}, err
 		}
 	}
+	d.gen++
 	size := max(n, 2*b.size, 1<<20)
 	var ptr C.lb_devptr
 	if err := check(fmt.Sprintf("cuMemAlloc(%d)", size), C.lb_cuMemAlloc(&ptr, C.size_t(size))); err != nil {

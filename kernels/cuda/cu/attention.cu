@@ -30,13 +30,16 @@ __device__ __forceinline__ i64 kv_row(const int *blocks, int bs, int j) {
 	return blocks ? (i64)blocks[j / bs] * bs + j % bs : (i64)j;
 }
 
-extern "C" __global__ void lb_attention(float *out, const float *q, const u8 *kp, const u8 *vp, int dtype, float kscale,
-                                        float vscale, const int *blocks, int bs, int start, int H, int KVH, int Dh,
-                                        float scale) {
+// attend computes one (t, h) whose position is p, reading the sequence's
+// block table blocks; both entry points below share it, so they give the
+// same bits.
+__device__ __forceinline__ void attend(float *out, const float *q, const u8 *kp, const u8 *vp, int dtype, float kscale,
+                                       float vscale, const int *blocks, int bs, int p, int H, int KVH, int Dh,
+                                       float scale) {
 	__shared__ float qs[ATT_MAX_DH];
 	__shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
 	__shared__ float wacc[ATT_WARPS][ATT_MAX_DH];
-	int t = blockIdx.x, h = blockIdx.y, p = start + t, kh = h / (H / KVH);
+	int t = blockIdx.x, h = blockIdx.y, kh = h / (H / KVH);
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const float *qv = q + ((i64)t * H + h) * Dh;
 	for (int d = threadIdx.x; d < Dh; d += blockDim.x) qs[d] = qv[d];
@@ -83,4 +86,22 @@ extern "C" __global__ void lb_attention(float *out, const float *q, const u8 *kp
 			if (wm[w] != ninf) a += wacc[w][d] * expf(wm[w] - M);
 		o[d] = a / L;
 	}
+}
+
+extern "C" __global__ void lb_attention(float *out, const float *q, const u8 *kp, const u8 *vp, int dtype, float kscale,
+                                        float vscale, const int *blocks, int bs, int start, int H, int KVH, int Dh,
+                                        float scale) {
+	attend(out, q, kp, vp, dtype, kscale, vscale, blocks, bs, start + (int)blockIdx.x, H, KVH, Dh, scale);
+}
+
+// lb_attention_varlen serves a whole batch in one launch: token t belongs
+// to sequence seq[t], at position pos[t]; sequence s's block table is
+// tables[s·stride ..]. A decode step's launch parameters then do not
+// change from step to step, so it can be captured in a graph.
+extern "C" __global__ void lb_attention_varlen(float *out, const float *q, const u8 *kp, const u8 *vp, int dtype,
+                                               float kscale, float vscale, const int *tables, int stride,
+                                               const int *seq, const int *pos, int bs, int H, int KVH, int Dh,
+                                               float scale) {
+	int t = blockIdx.x;
+	attend(out, q, kp, vp, dtype, kscale, vscale, tables + (i64)seq[t] * stride, bs, pos[t], H, KVH, Dh, scale);
 }

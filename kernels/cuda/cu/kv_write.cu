@@ -4,11 +4,8 @@
 // Layout: k, v [T, KVH·Dh] float32 for positions start..start+T-1; pools
 // of rows [KVH, Dh]; position p is row blocks[p / bs]·bs + p % bs. One
 // thread per element.
-extern "C" __global__ void lb_kv_write(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,
-                                       float vscale, const int *blocks, int bs, int T, int start, int row_elems) {
-	i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-	if (idx >= (i64)T * row_elems) return;
-	int t = (int)(idx / row_elems), e = (int)(idx % row_elems), p = start + t;
+__device__ __forceinline__ void kv_store(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,
+                                         float vscale, const int *blocks, int bs, int p, i64 idx, int e, int row_elems) {
 	i64 dst = ((i64)blocks[p / bs] * bs + p % bs) * row_elems + e;
 	float kv = k[idx], vv = v[idx];
 	if (dtype == 1) {
@@ -21,4 +18,23 @@ extern "C" __global__ void lb_kv_write(u8 *kp, u8 *vp, const float *k, const flo
 		((float *)kp)[dst] = kv;
 		((float *)vp)[dst] = vv;
 	}
+}
+
+extern "C" __global__ void lb_kv_write(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,
+                                       float vscale, const int *blocks, int bs, int T, int start, int row_elems) {
+	i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+	if (idx >= (i64)T * row_elems) return;
+	int t = (int)(idx / row_elems), e = (int)(idx % row_elems);
+	kv_store(kp, vp, k, v, dtype, kscale, vscale, blocks, bs, start + t, idx, e, row_elems);
+}
+
+// lb_kv_write_varlen: a whole batch in one launch (token t of sequence
+// seq[t] at position pos[t]; tables as in lb_attention_varlen).
+extern "C" __global__ void lb_kv_write_varlen(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,
+                                              float vscale, const int *tables, int stride, const int *seq,
+                                              const int *pos, int bs, int T, int row_elems) {
+	i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+	if (idx >= (i64)T * row_elems) return;
+	int t = (int)(idx / row_elems), e = (int)(idx % row_elems);
+	kv_store(kp, vp, k, v, dtype, kscale, vscale, tables + (i64)seq[t] * stride, bs, pos[t], idx, e, row_elems);
 }
