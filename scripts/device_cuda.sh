@@ -58,6 +58,7 @@ timeout 200 .device/bin/lowbit bench --url http://127.0.0.1:8012 --workload rand
 kill $pid; wait $pid 2>/dev/null
 grep -E "engine" "$out/serve06.log" | head -3
 
+[ -x .device/bin/tokenizer.test ] || exit $status
 echo "== tokenizer speed: lowbit (Go) and Hugging Face tokenizers, same machine"
 tokdir=$(mktemp -d)
 python3 -c "import gzip,shutil; shutil.copyfileobj(gzip.open('internal/qwen3tok/tokenizer.json.gz'), open('$tokdir/tokenizer.json','wb'))"
