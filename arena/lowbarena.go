@@ -80,6 +80,10 @@ func WriteLowBArena(out string, o LowBArenaOptions) (*EngineResult, error) {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("the binary needs glibc %s, newer than the arena image's %s: "+
 			"build it on an older distribution (Ubuntu 22.04) or link it statically", v, glibcLimit))
 	}
+	if info.Revision == "" {
+		res.Warnings = append(res.Warnings, "the binary records no source revision (built outside a checkout, or with -buildvcs=false): "+
+			"ENGINE.md cannot say which source it was built from")
+	}
 	if info.Modified {
 		res.Warnings = append(res.Warnings, "the binary was built from uncommitted changes: its revision does not identify its source")
 	}

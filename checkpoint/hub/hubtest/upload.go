@@ -198,8 +198,13 @@ func (s *Server) putPart(w http.ResponseWriter, r *http.Request) {
 		s.parts[oid] = map[int][]byte{}
 	}
 	s.parts[oid][n] = b
+	w.Header().Set("ETag", etag(b))
+}
+
+// etag is a storage service's ETag of a part: its quoted MD5.
+func etag(b []byte) string {
 	sum := md5.Sum(b)
-	w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:])+`"`)
+	return `"` + hex.EncodeToString(sum[:]) + `"`
 }
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
@@ -221,11 +226,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "", "completion of %s: oid %q, %d parts listed, %d uploaded", oid, req.OID, len(req.Parts), len(parts))
 		return
 	}
-	var all []byte
+	all := make([]byte, 0, s.sizes[oid])
 	for i, p := range req.Parts {
 		b, ok := parts[i+1]
-		sum := md5.Sum(b)
-		if !ok || p.PartNumber != i+1 || p.ETag != `"`+hex.EncodeToString(sum[:])+`"` {
+		if !ok || p.PartNumber != i+1 || p.ETag != etag(b) {
 			fail(w, http.StatusBadRequest, "", "part %d: number %d or etag %s does not match", i+1, p.PartNumber, p.ETag)
 			return
 		}
