@@ -66,28 +66,46 @@ func savePNG(p *plot.Plot, path string) error {
 	return checkpoint.WriteFileAtomic(path, buf.Bytes(), 0o644)
 }
 
-// lines adds named lines with plotutil's colors, dashes and glyphs.
-func lines(p *plot.Plot, names []string, data []plotter.XYs, points bool) error {
-	for i, xys := range data {
-		l, err := plotter.NewLine(xys)
+// series is one line: a run's group or kind. Lines of one group or kind
+// share a colour; each run has its own dashes and glyphs.
+type series struct {
+	name       string
+	xys        plotter.XYs
+	color, run int
+}
+
+func addLines(p *plot.Plot, all []series, points bool) error {
+	for _, s := range all {
+		l, err := plotter.NewLine(s.xys)
 		if err != nil {
 			return err
 		}
-		l.Color = plotutil.Color(i)
-		l.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors))
+		l.Color = plotutil.Color(s.color)
+		l.Dashes = plotutil.Dashes(s.run)
 		p.Add(l)
-		p.Legend.Add(names[i], l)
+		p.Legend.Add(s.name, l)
 		if points {
-			s, err := plotter.NewScatter(xys)
+			sc, err := plotter.NewScatter(s.xys)
 			if err != nil {
 				return err
 			}
-			s.Color = l.Color
-			s.Shape = plotutil.Shape(i)
-			p.Add(s)
+			sc.Color = l.Color
+			sc.Shape = plotutil.Shape(s.run)
+			p.Add(sc)
 		}
 	}
 	return nil
+}
+
+// colors numbers names in order of first appearance.
+type colors map[string]int
+
+func (c colors) of(name string) int {
+	if i, ok := c[name]; ok {
+		return i
+	}
+	c[name] = len(c)
+	return c[name]
 }
 
 func throughputPlot(runs []Named) (*plot.Plot, error) {
@@ -96,10 +114,10 @@ func throughputPlot(runs []Named) (*plot.Plot, error) {
 	p.Y.Label.Text = "output tokens/s"
 	p.Y.Min = 0
 	p.Legend.Top, p.Legend.Left = true, true
-	var names []string
-	var data []plotter.XYs
+	var all []series
 	units := map[string]bool{}
-	for _, run := range runs {
+	col := colors{}
+	for ri, run := range runs {
 		groups := map[string]plotter.XYs{}
 		var order []string
 		for _, ph := range run.Result.Phases {
@@ -112,8 +130,7 @@ func throughputPlot(runs []Named) (*plot.Plot, error) {
 		for _, g := range order {
 			xys := groups[g]
 			sort.Slice(xys, func(i, j int) bool { return xys[i].X < xys[j].X })
-			names = append(names, run.Name+" "+g)
-			data = append(data, xys)
+			all = append(all, series{name: run.Name + " " + g, xys: xys, color: col.of(g), run: ri})
 		}
 	}
 	p.X.Label.Text = "load"
@@ -122,7 +139,7 @@ func throughputPlot(runs []Named) (*plot.Plot, error) {
 			p.X.Label.Text = u
 		}
 	}
-	return p, lines(p, names, data, true)
+	return p, addLines(p, all, true)
 }
 
 func ttftCDFPlot(runs []Named) (*plot.Plot, error) {
@@ -132,9 +149,9 @@ func ttftCDFPlot(runs []Named) (*plot.Plot, error) {
 	p.Y.Label.Text = "fraction of requests"
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Legend.Top, p.Legend.Left = false, false
-	var names []string
-	var data []plotter.XYs
-	for _, run := range runs {
+	var all []series
+	col := colors{}
+	for ri, run := range runs {
 		byKind := map[string][]float64{}
 		var order []string
 		for _, ph := range run.Result.Phases {
@@ -157,12 +174,11 @@ func ttftCDFPlot(runs []Named) (*plot.Plot, error) {
 				xys = append(xys, plotter.XY{X: v, Y: float64(i) / float64(len(s))},
 					plotter.XY{X: v, Y: float64(i+1) / float64(len(s))})
 			}
-			names = append(names, run.Name+" "+k)
-			data = append(data, xys)
+			all = append(all, series{name: run.Name + " " + k, xys: xys, color: col.of(k), run: ri})
 		}
 	}
-	if len(data) == 0 {
+	if len(all) == 0 {
 		return nil, fmt.Errorf("bench: no successful request to plot a TTFT distribution of")
 	}
-	return p, lines(p, names, data, false)
+	return p, addLines(p, all, false)
 }

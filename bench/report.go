@@ -33,7 +33,8 @@ func WriteReport(w io.Writer, r *Result) error {
 		row("Request throughput (req/s):", fmt.Sprintf("%.2f", m.RequestThroughput))
 		row("Output token throughput (tok/s):", fmt.Sprintf("%.2f", m.OutputThroughput))
 		row("Peak output token throughput (tok/s):", fmt.Sprintf("%.2f", m.MaxOutputTokensPerS))
-		row("Peak concurrent requests:", fmt.Sprintf("%d (exact peak in flight %d)", m.MaxConcurrentRequests, m.PeakInFlight))
+		row("Peak concurrent requests (1-s buckets):", m.MaxConcurrentRequests)
+		row("Peak requests in flight (exact):", m.PeakInFlight)
 		row("Total token throughput (tok/s):", fmt.Sprintf("%.2f", m.TotalTokenThroughput))
 		for _, s := range []struct {
 			name, title string
