@@ -1,58 +1,70 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
-	"net/http/httptest"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lowbit-ai/lowbit/checkpoint"
-	"github.com/lowbit-ai/lowbit/kernels"
-	"github.com/lowbit-ai/lowbit/kernels/cpu"
-	"github.com/lowbit-ai/lowbit/kernels/ref"
-	"github.com/lowbit-ai/lowbit/runtime"
-	"github.com/lowbit-ai/lowbit/runtime/engine"
-	"github.com/lowbit-ai/lowbit/runtime/server"
 	"github.com/lowbit-ai/lowbit/synth"
 )
 
-// benchTarget serves the tiny Qwen3 in-process, as lowbit serve would.
+// benchTarget runs `lowbit serve` on the tiny Qwen3 in-process, on a free
+// port, and returns its URL once /health answers.
 func benchTarget(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tiny")
 	if _, err := synth.Write(dir, synth.Options{Arch: checkpoint.Qwen3, Size: synth.Tiny, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
-	var ops kernels.Ops = ref.Ops{}
-	if c, err := cpu.New(); err == nil {
-		ops = c
-		t.Cleanup(c.Close)
-	}
-	m, err := runtime.Load(dir, ops)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
-	eng, err := engine.New(m, engine.Config{MaxModelLen: 512, KVCacheBytes: 16 << 20})
-	if err != nil {
-		t.Fatal(err)
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	root := newRootCmd()
+	root.SetArgs([]string{"serve", dir, "--host", "127.0.0.1", "--port", fmt.Sprint(port), "--device", "cpu",
+		"--max-model-len", "512", "--kv-cache-memory-bytes", fmt.Sprint(16 << 20), "--served-model-name", "tiny"})
+	root.SetErr(io.Discard)
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("lowbit serve: %v", err)
+		}
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("lowbit serve stopped: %v", err)
+		default:
+		}
+		if resp, err := http.Get(url + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lowbit serve did not answer /health within a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	opts, err := server.OptionsFromModelDir(dir, "", "auto")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Engine, opts.MaxModelLen = eng, 512
-	srv, err := server.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	t.Cleanup(func() { hs.Close(); srv.Close(); eng.Close() })
-	return hs.URL
 }
 
 type side struct {
@@ -61,6 +73,8 @@ type side struct {
 	OutputTokens int `json:"output_tokens"`
 }
 
+// TestBenchAndCompare runs lowbit bench twice against lowbit serve on the
+// tiny model, then lowbit bench compare on the two results.
 func TestBenchAndCompare(t *testing.T) {
 	url := benchTarget(t)
 	dir := t.TempDir()
@@ -107,6 +121,39 @@ func TestBenchAndCompare(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 		f.Close()
+	}
+	// Multi-turn agent sessions through /v1/chat/completions.
+	sb := filepath.Join(dir, "agent.json")
+	if _, err := run(t, "bench", "--url", url, "--workload", "switchboard-agent", "--scale", "0.01", "--levels", "2", "--quiet", "--out", sb); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Phases []struct {
+			Name    string `json:"name"`
+			Records []struct {
+				Success    bool   `json:"success"`
+				Error      string `json:"error"`
+				Endpoint   string `json:"endpoint"`
+				HistoryLen int    `json:"history_len"`
+			} `json:"records"`
+		} `json:"phases"`
+	}
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	// Two users with one session each (two per user, scaled by 0.01, at
+	// least one) of two turns (the fewest a session keeps).
+	if len(res.Phases) != 1 || res.Phases[0].Name != "agent@2" || len(res.Phases[0].Records) != 4 {
+		t.Fatalf("agent results: %s", data)
+	}
+	for i, r := range res.Phases[0].Records {
+		if !r.Success || r.Endpoint != "chat" || (i%2 == 1) != (r.HistoryLen > 0) {
+			t.Errorf("agent request %d: %+v", i, r)
+		}
 	}
 	if _, err := run(t, "bench", "compare", a, filepath.Join(dir, "missing.json")); err == nil {
 		t.Error("compare with a missing file succeeded")
