@@ -50,7 +50,7 @@ type cudaLayer struct {
 type cudaActs struct {
 	t, rows, tables                      int
 	x, h, q, k, v, att, gate, up, logits cuda.Buf
-	ids, pos, seq, rowsIdx               cuda.Buf
+	ids, pos, seq, rowsIdx, partOff      cuda.Buf
 	tablesBuf                            cuda.Buf
 }
 
@@ -195,7 +195,7 @@ func (e *CUDAExecutor) reserve(t, rows, tables int) error {
 	if t <= a.t && rows <= a.rows && tables <= a.tables {
 		return nil
 	}
-	for _, b := range []cuda.Buf{a.x, a.h, a.q, a.k, a.v, a.att, a.gate, a.up, a.logits, a.ids, a.pos, a.seq, a.rowsIdx, a.tablesBuf} {
+	for _, b := range []cuda.Buf{a.x, a.h, a.q, a.k, a.v, a.att, a.gate, a.up, a.logits, a.ids, a.pos, a.seq, a.rowsIdx, a.partOff, a.tablesBuf} {
 		e.free(b)
 	}
 	d := e.m.d
@@ -208,7 +208,7 @@ func (e *CUDAExecutor) reserve(t, rows, tables int) error {
 		elems int
 	}{{&n.x, t * d.hidden}, {&n.h, t * d.hidden}, {&n.q, t * qd}, {&n.k, t * kvd}, {&n.v, t * kvd},
 		{&n.att, t * qd}, {&n.gate, t * d.inter}, {&n.up, t * d.inter}, {&n.logits, rows * d.vocab},
-		{&n.ids, t}, {&n.pos, t}, {&n.seq, t}, {&n.rowsIdx, rows}, {&n.tablesBuf, tables}} {
+		{&n.ids, t}, {&n.pos, t}, {&n.seq, t}, {&n.rowsIdx, rows}, {&n.partOff, t}, {&n.tablesBuf, tables}} {
 		if *f.dst, err = e.alloc(4 * f.elems); err != nil {
 			e.act = cudaActs{}
 			return err
@@ -242,6 +242,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 		decode = decode && len(b.Tokens) == 1 && b.Logits == 1
 	}
 	ids, pos, seq := make([]int32, 0, T), make([]int32, 0, T), make([]int32, 0, T)
+	maxPos := stride * e.blockSize // the tables' reach: it sizes the attention's split grid
 	tables := make([]int32, len(batch)*stride)
 	rowIdx := make([]int32, 0, rows)
 	t := 0
@@ -262,6 +263,10 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 	if err := e.reserve(T, max(rows, 1), len(tables)); err != nil {
 		return nil, err
 	}
+	partOff, parts := cuda.PartOffsets(pos)
+	if err := e.d.ReserveAttention(parts, d.heads, d.headDim); err != nil {
+		return nil, err
+	}
 	key := graphKey{T, stride}
 	g := e.graphs[key]
 	if g != nil && (g.Gen != e.d.Generation() || e.graphGen[key] != e.bufGen) {
@@ -275,7 +280,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 		for _, in := range []struct {
 			dst cuda.Buf
 			src []int32
-		}{{a.ids, ids}, {a.pos, pos}, {a.seq, seq}, {a.tablesBuf, tables}, {a.rowsIdx, rowIdx}} {
+		}{{a.ids, ids}, {a.pos, pos}, {a.seq, seq}, {a.tablesBuf, tables}, {a.rowsIdx, rowIdx}, {a.partOff, partOff}} {
 			if err := k.UploadTo(in.dst, i32Bytes(in.src)); err != nil {
 				return err
 			}
@@ -284,7 +289,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 			if err := k.Launch(g); err != nil {
 				return err
 			}
-		} else if err := e.step(k, T, rows, stride); err != nil {
+		} else if err := e.step(k, T, rows, stride, parts, maxPos); err != nil {
 			return err
 		}
 		if rows == 0 {
@@ -297,7 +302,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 	}
 	if decode && g == nil && len(e.graphs) < maxGraphs {
 		// The eager run just sized every buffer this shape needs.
-		if g, err := e.d.Capture(func(k *cuda.K) error { return e.step(k, T, rows, stride) }); err == nil {
+		if g, err := e.d.Capture(func(k *cuda.K) error { return e.step(k, T, rows, stride, parts, maxPos) }); err == nil {
 			e.graphs[key] = g
 			e.graphGen[key] = e.bufGen
 		}
@@ -317,14 +322,14 @@ type graphKey struct{ tokens, stride int }
 // step launches one forward over the batch described by the input buffers
 // (act.ids, pos, seq, tables, rows): T tokens, rows logits rows, block
 // tables of stride entries.
-func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride int) error {
+func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride, parts, maxPos int) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	scale := float32(1 / math.Sqrt(float64(d.headDim)))
 	x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
 	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
 	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
-	bt := &cuda.Batch{Tables: a.tablesBuf, Seq: a.seq, Pos: a.pos, Stride: stride}
+	bt := &cuda.Batch{Tables: a.tablesBuf, Seq: a.seq, Pos: a.pos, PartOff: a.partOff, Stride: stride, Parts: parts, MaxPos: maxPos}
 	if err := k.Embed(x, e.embed, a.ids, T, d.hidden); err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ grep -E "^(=== RUN|--- FAIL|--- PASS|--- SKIP|FAIL|PASS|ok)" "$out/cuda_test.log
 grep -E "compiled in|cuda_test.go" "$out/cuda_test.log" | head -5
 [ $rc -eq 0 ] || { echo "FAILED: kernels/cuda tests (rc $rc)"; status=1; }
 
+echo "== single kernels of a Qwen3-8B decode step (graph replays)"
+(cd kernels/cuda && ../../.device/bin/kernels_cuda.test -test.run XXX -test.bench Kernels -test.benchtime 20x 2>&1) | tee "$out/bench_kernels.txt" | grep Benchmark
+
 echo "== runtime tests (the cuda backend: golden logits, batch invariance, quantized numerics; the device-resident executor)"
 (cd runtime && ../.device/bin/runtime.test -test.count=1 -test.v 2>&1) >"$out/runtime_test.log"
 rc=$?

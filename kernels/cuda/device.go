@@ -8,6 +8,7 @@ package cuda
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -46,6 +47,7 @@ type Device struct {
 	pool    scratchPool
 	named   map[string]devBuf
 	stream  C.lb_handle
+	closed  bool
 	// gen counts reallocations of the persistent buffers, which captured
 	// graphs refer to by address: a graph of an older generation is stale.
 	gen int
@@ -180,6 +182,9 @@ func (d *Device) String() string {
 func (d *Device) do(f func() error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("cuda: the device was closed")
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := check("cuCtxSetCurrent", C.lb_cuCtxSetCurrent(d.ctx)); err != nil {
@@ -202,6 +207,7 @@ func (d *Device) Close() error {
 			C.lb_cuStreamDestroy(d.stream)
 			d.stream = nil
 		}
+		d.closed = true
 		return check("cuDevicePrimaryCtxRelease", C.lb_cuDevicePrimaryCtxRelease(d.dev))
 	})
 }

@@ -235,17 +235,26 @@ func (k *K) WriteKV(p *KVPool, kv, vv, blocks Buf, T, start int) error {
 		intArg(p.BlockSize), intArg(T), intArg(start), intArg(row))
 }
 
-// Attention: out [T, H, Dh] over positions 0..start+T-1 of the sequence
-// with block table blocks (null: a contiguous cache) (attention.cu; Dh at
-// most 256).
+// Attention: out [T, H, Dh] over positions start..start+T-1 of one
+// sequence with block table blocks (null: a contiguous cache): the batch
+// kernels of AttentionBatch on a batch of one sequence.
 func (k *K) Attention(out, q Buf, p *KVPool, blocks Buf, T, start, H int, scale float32) error {
-	if p.HeadDim > 256 {
-		return fmt.Errorf("cuda: Attention: head_dim %d above the kernel's 256", p.HeadDim)
+	seq, pos := make([]int32, T), make([]int32, T)
+	for t := range pos {
+		pos[t] = int32(start + t)
 	}
-	return k.d.launch("lb_attention", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
-		ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale),
-		f32Arg(p.VScale), ptrArg(blocks.ptr), intArg(p.BlockSize), intArg(start), intArg(H), intArg(p.KVHeads),
-		intArg(p.HeadDim), f32Arg(scale))
+	off, parts := PartOffsets(pos)
+	b := &Batch{Tables: blocks, Parts: parts, MaxPos: start + T}
+	var err error
+	for _, a := range []struct {
+		dst *Buf
+		src []int32
+	}{{&b.Seq, seq}, {&b.Pos, pos}, {&b.PartOff, off}} {
+		if *a.dst, err = k.Upload(asBytes(a.src, T)); err != nil {
+			return err
+		}
+	}
+	return k.AttentionBatch(out, q, p, b, T, H, scale)
 }
 
 // SiLUMul: out[i] = silu(gate[i])·up[i] for n elements (silu_mul.cu).
@@ -398,10 +407,24 @@ func (d *Device) Destroy(g *Graph) {
 
 // Batch describes the tokens of a batch for the varlen kernels: token t
 // belongs to sequence Seq[t] at position Pos[t]; sequence s's block table
-// is Tables[s·Stride ..] (int32 device arrays).
+// is Tables[s·Stride ..]; PartOff[t] is where token t's attention chunks
+// start (PartOffsets computes it); all int32 device arrays. Parts is the
+// total of attention chunks, MaxPos the largest position plus one.
 type Batch struct {
-	Tables, Seq, Pos Buf
-	Stride           int
+	Tables, Seq, Pos, PartOff Buf
+	Stride                    int
+	Parts, MaxPos             int
+}
+
+// PartOffsets returns, for positions pos, each token's first attention
+// chunk (a prefix sum of pos/128 + 1) and the total.
+func PartOffsets(pos []int32) (off []int32, total int) {
+	off = make([]int32, len(pos))
+	for t, p := range pos {
+		off[t] = int32(total)
+		total += int(p)/attChunk + 1
+	}
+	return off, total
 }
 
 // WriteKVBatch stores a batch's keys and values, T tokens, in one launch
@@ -413,15 +436,37 @@ func (k *K) WriteKVBatch(p *KVPool, kv, vv Buf, b *Batch, T int) error {
 		intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), intArg(p.BlockSize), intArg(T), intArg(row))
 }
 
-// AttentionBatch runs a batch's attention, T tokens, in one launch
+// attChunk is ATT_CHUNK of attention.cu: positions per split.
+const attChunk = 128
+
+// ReserveAttention grows the attention's partials buffer to hold parts
+// chunks of H heads of headDim, so that a graph replayed afterwards finds
+// it large enough (a growth makes older graphs stale: Generation).
+func (d *Device) ReserveAttention(parts, H, headDim int) error {
+	return d.do(func() error {
+		_, err := d.persistent("attention_partials", 4*parts*H*(headDim+2))
+		return err
+	})
+}
+
+// AttentionBatch runs a batch's attention, T tokens, in two launches
 // (attention.cu); each token sees its own sequence's cache up to its
 // position, with the bits of Attention.
 func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale float32) error {
 	if p.HeadDim > 256 {
 		return fmt.Errorf("cuda: Attention: head_dim %d above the kernel's 256", p.HeadDim)
 	}
-	return k.d.launch("lb_attention_varlen", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
-		ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale),
+	S := (b.MaxPos + attChunk - 1) / attChunk
+	parts, err := k.d.persistent("attention_partials", 4*b.Parts*H*(p.HeadDim+2))
+	if err != nil {
+		return err
+	}
+	if err := k.d.launch("lb_attention_split", [3]int{T, H, S}, [3]int{128, 1, 1}, 0,
+		ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale),
 		f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr),
-		intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), f32Arg(scale))
+		ptrArg(b.PartOff.ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), f32Arg(scale)); err != nil {
+		return err
+	}
+	return k.d.launch("lb_attention_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
+		ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))
 }

@@ -25,8 +25,8 @@ func TestSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"lb_matmul", "lb_act_quant", "lb_rmsnorm", "lb_rope", "lb_attention", "lb_kv_write",
-		"lb_silu_mul", "lb_add", "lb_log_softmax", "lb_embed", "lb_gather_rows", "lb_matmul_bf16", "lb_attention_varlen", "lb_kv_write_varlen"} {
+	for _, k := range []string{"lb_matmul", "lb_act_quant", "lb_rmsnorm", "lb_rope", "lb_kv_write",
+		"lb_silu_mul", "lb_add", "lb_log_softmax", "lb_embed", "lb_gather_rows", "lb_matmul_bf16", "lb_attention_split", "lb_attention_merge", "lb_kv_write_varlen"} {
 		if !strings.Contains(src, `extern "C" __global__ void `+k+"(") {
 			t.Errorf("kernel %s missing from the program", k)
 		}

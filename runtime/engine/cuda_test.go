@@ -27,7 +27,9 @@ func TestCUDAEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
+	// Cleanups run last-in first-out: the device closes after the engines
+	// (newEngine's cleanups) that use it.
+	t.Cleanup(func() { d.Close() })
 	m := tinyModel(t)
 	onGPU := func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
 		return runtime.NewCUDAExecutor(m, d, blocks, bs, dt)

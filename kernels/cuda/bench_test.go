@@ -1,0 +1,131 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/lowbit-ai/lowbit/kernels"
+)
+
+// BenchmarkKernels times single kernels of a Qwen3-8B decode step on the
+// device, each replayed from a graph of 20 launches (so launch overhead is
+// out), beside the copy roofline measured in the same run: the BF16 GEMV
+// of the q/o (4096×4096) and gate/up (12288×4096) projections and the
+// lm_head (151936×4096), and decode attention over 1,024 and 8,192
+// positions (32 heads, 8 KV heads, head_dim 128, BF16 cache).
+//
+//	kernels_cuda.test -test.run XXX -test.bench Kernels
+func BenchmarkKernels(b *testing.B) {
+	d, err := Open(Options{CacheDir: b.TempDir()})
+	if err != nil {
+		b.Skip(err)
+	}
+	defer d.Close()
+	bw, err := d.CopyBandwidth(2<<30, 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	randBF16 := func(n int) []byte {
+		out := make([]byte, 2*n)
+		for i := range n {
+			out[2*i+1] = byte(0x3c + rng.IntN(2)) // about ±0.01 .. ±0.03, some sign bits
+			out[2*i] = byte(rng.Uint32())
+		}
+		return out
+	}
+	const reps = 20
+	timeGraph := func(b *testing.B, f func(k *K) error, bytes float64) {
+		if err := d.Run(f); err != nil { // eager once: sizes buffers, checks errors
+			b.Fatal(err)
+		}
+		g, err := d.Capture(func(k *K) error {
+			for range reps {
+				if err := f(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer d.Destroy(g)
+		b.ResetTimer()
+		start := time.Now()
+		for range b.N {
+			if err := d.Run(func(k *K) error { return k.Launch(g) }); err != nil {
+				b.Fatal(err)
+			}
+		}
+		per := time.Since(start).Seconds() / float64(b.N*reps)
+		b.ReportMetric(per*1e6, "us/launch")
+		if bytes > 0 {
+			b.ReportMetric(bytes/per/1e9, "GB/s")
+			b.ReportMetric(bytes/per/bw, "of-copy-bw")
+		}
+	}
+	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {151936, 4096}} {
+		b.Run(fmt.Sprintf("gemv-bf16/%dx%d", sh.out, sh.in), func(b *testing.B) {
+			w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
+			dw, err := d.UploadWeight(w)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Free(dw.Data)
+			x, _ := d.Alloc(4 * sh.in)
+			y, _ := d.Alloc(4 * sh.out)
+			defer d.Free(x)
+			defer d.Free(y)
+			xs := make([]float32, sh.in)
+			for i := range xs {
+				xs[i] = float32(rng.NormFloat64())
+			}
+			d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+			timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
+		})
+	}
+	for _, ctx := range []int{1024, 8192} {
+		b.Run(fmt.Sprintf("attention-decode/ctx=%d", ctx), func(b *testing.B) {
+			const H, KVH, Dh, bs = 32, 8, 128, 16
+			p := &KVPool{DType: kernels.KVBF16, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
+			pool := ctx * KVH * Dh * 2
+			p.K, _ = d.Alloc(pool)
+			p.V, _ = d.Alloc(pool)
+			defer d.Free(p.K)
+			defer d.Free(p.V)
+			d.Upload(p.K, randBF16(pool/2))
+			d.Upload(p.V, randBF16(pool/2))
+			tables := make([]int32, ctx/bs)
+			for i := range tables {
+				tables[i] = int32(i)
+			}
+			pos := []int32{int32(ctx - 1)}
+			off, parts := PartOffsets(pos)
+			bt := &Batch{Stride: len(tables), Parts: parts, MaxPos: ctx}
+			for _, a := range []struct {
+				dst *Buf
+				src []int32
+			}{{&bt.Tables, tables}, {&bt.Seq, []int32{0}}, {&bt.Pos, pos}, {&bt.PartOff, off}} {
+				*a.dst, _ = d.Alloc(4 * len(a.src))
+				defer d.Free(*a.dst)
+				d.Upload(*a.dst, unsafe.Slice((*byte)(unsafe.Pointer(&a.src[0])), 4*len(a.src)))
+			}
+			q, _ := d.Alloc(4 * H * Dh)
+			qs := make([]float32, H*Dh)
+			for i := range qs {
+				qs[i] = float32(rng.NormFloat64())
+			}
+			d.Upload(q, unsafe.Slice((*byte)(unsafe.Pointer(&qs[0])), 4*len(qs)))
+			out, _ := d.Alloc(4 * H * Dh)
+			defer d.Free(q)
+			defer d.Free(out)
+			timeGraph(b, func(k *K) error { return k.AttentionBatch(out, q, p, bt, 1, H, 0.088) }, float64(2*pool))
+		})
+	}
+}
