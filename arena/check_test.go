@@ -79,8 +79,14 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Ample for a loaded machine, except where the start must time
+			// out.
+			startTimeout := 30 * time.Second
+			if tt.want["serve"] == Violation {
+				startTimeout = 5 * time.Second
+			}
 			rep, err := Check(context.Background(), CheckOptions{EngineDir: fakeEngine(t, tt.edit), Artifact: artifact,
-				StartTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, StopTimeout: 2 * time.Second})
+				StartTimeout: startTimeout, RequestTimeout: 30 * time.Second, StopTimeout: 2 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
