@@ -168,7 +168,8 @@ func (c *Client) ensureRevision(ctx context.Context, repo RepoID, rev string, pr
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && e.Hint == "" && notFound(err, "RepoNotFound") {
-			e.Hint = fmt.Sprintf("%s still does not exist after creating it: check the name", repo)
+			e.Hint = fmt.Sprintf("the token from %s cannot see %s, though it exists: check the name, and that the token may read and write it",
+				c.tokenSource(), repo)
 		}
 		return nil, err
 	}
