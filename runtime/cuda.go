@@ -242,7 +242,6 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 		decode = decode && len(b.Tokens) == 1 && b.Logits == 1
 	}
 	ids, pos, seq := make([]int32, 0, T), make([]int32, 0, T), make([]int32, 0, T)
-	maxPos := stride * e.blockSize // the tables' reach: it sizes the attention's split grid
 	tables := make([]int32, len(batch)*stride)
 	rowIdx := make([]int32, 0, rows)
 	t := 0
@@ -289,7 +288,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 			if err := k.Launch(g); err != nil {
 				return err
 			}
-		} else if err := e.step(k, T, rows, stride, parts, maxPos); err != nil {
+		} else if err := e.step(k, T, rows, stride, parts); err != nil {
 			return err
 		}
 		if rows == 0 {
@@ -302,7 +301,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 	}
 	if decode && g == nil && len(e.graphs) < maxGraphs {
 		// The eager run just sized every buffer this shape needs.
-		if g, err := e.d.Capture(func(k *cuda.K) error { return e.step(k, T, rows, stride, parts, maxPos) }); err == nil {
+		if g, err := e.d.Capture(func(k *cuda.K) error { return e.step(k, T, rows, stride, parts) }); err == nil {
 			e.graphs[key] = g
 			e.graphGen[key] = e.bufGen
 		}
@@ -322,14 +321,14 @@ type graphKey struct{ tokens, stride int }
 // step launches one forward over the batch described by the input buffers
 // (act.ids, pos, seq, tables, rows): T tokens, rows logits rows, block
 // tables of stride entries.
-func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride, parts, maxPos int) error {
+func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride, parts int) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	scale := float32(1 / math.Sqrt(float64(d.headDim)))
 	x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
 	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
 	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
-	bt := &cuda.Batch{Tables: a.tablesBuf, Seq: a.seq, Pos: a.pos, PartOff: a.partOff, Stride: stride, Parts: parts, MaxPos: maxPos}
+	bt := &cuda.Batch{Tables: a.tablesBuf, Seq: a.seq, Pos: a.pos, PartOff: a.partOff, Stride: stride, Parts: parts}
 	if err := k.Embed(x, e.embed, a.ids, T, d.hidden); err != nil {
 		return err
 	}

@@ -107,7 +107,7 @@ func BenchmarkKernels(b *testing.B) {
 			}
 			pos := []int32{int32(ctx - 1)}
 			off, parts := PartOffsets(pos)
-			bt := &Batch{Stride: len(tables), Parts: parts, MaxPos: ctx}
+			bt := &Batch{Stride: len(tables), Parts: parts}
 			for _, a := range []struct {
 				dst *Buf
 				src []int32

@@ -244,7 +244,7 @@ func (k *K) Attention(out, q Buf, p *KVPool, blocks Buf, T, start, H int, scale 
 		pos[t] = int32(start + t)
 	}
 	off, parts := PartOffsets(pos)
-	b := &Batch{Tables: blocks, Parts: parts, MaxPos: start + T}
+	b := &Batch{Tables: blocks, Parts: parts}
 	var err error
 	for _, a := range []struct {
 		dst *Buf
@@ -409,20 +409,21 @@ func (d *Device) Destroy(g *Graph) {
 // belongs to sequence Seq[t] at position Pos[t]; sequence s's block table
 // is Tables[s·Stride ..]; PartOff[t] is where token t's attention chunks
 // start (PartOffsets computes it); all int32 device arrays. Parts is the
-// total of attention chunks, MaxPos the largest position plus one.
+// total of attention chunks.
 type Batch struct {
 	Tables, Seq, Pos, PartOff Buf
 	Stride                    int
-	Parts, MaxPos             int
+	Parts                     int
 }
 
 // PartOffsets returns, for positions pos, each token's first attention
-// chunk (a prefix sum of pos/128 + 1) and the total.
+// chunk (a prefix sum of the chunk counts p/attChunk(p) + 1) and the
+// total.
 func PartOffsets(pos []int32) (off []int32, total int) {
 	off = make([]int32, len(pos))
 	for t, p := range pos {
 		off[t] = int32(total)
-		total += int(p)/attChunk + 1
+		total += int(p)/attChunk(int(p)) + 1
 	}
 	return off, total
 }
@@ -436,8 +437,15 @@ func (k *K) WriteKVBatch(p *KVPool, kv, vv Buf, b *Batch, T int) error {
 		intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), intArg(p.BlockSize), intArg(T), intArg(row))
 }
 
-// attChunk is ATT_CHUNK of attention.cu: positions per split.
-const attChunk = 128
+// attSplits is ATT_SPLITS of attention.cu: the most chunks a token's
+// context is split in.
+const attSplits = 16
+
+// attChunk is att_chunk of attention.cu: the chunk size for position p.
+func attChunk(p int) int {
+	per := (p + 1 + attSplits - 1) / attSplits
+	return max(32, (per+31)/32*32)
+}
 
 // ReserveAttention grows the attention's partials buffer to hold parts
 // chunks of H heads of headDim, so that a graph replayed afterwards finds
@@ -456,7 +464,7 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 	if p.HeadDim > 256 {
 		return fmt.Errorf("cuda: Attention: head_dim %d above the kernel's 256", p.HeadDim)
 	}
-	S := (b.MaxPos + attChunk - 1) / attChunk
+	S := attSplits
 	parts, err := k.d.persistent("attention_partials", 4*b.Parts*H*(p.HeadDim+2))
 	if err != nil {
 		return err

@@ -14,12 +14,14 @@
 // table[j / bs]·bs + j % bs, or row j when tables is null (a contiguous
 // cache).
 //
-// Two launches. lb_attention_split, grid (T, H, S): block z takes the
-// positions of chunk z (ATT_CHUNK of them) up to p, its warp w those
-// ≡ w (mod 4) in increasing order with a running max, sum and output;
+// Two launches. lb_attention_split, grid (T, H, ATT_SPLITS): block z takes
+// the positions of chunk z up to p, chunks being att_chunk(p) positions (a
+// multiple of 32, at least 32, so that p's context is split in at most
+// ATT_SPLITS chunks), its warp w those ≡ w (mod 4) in increasing order
+// with a running max, sum and output;
 // the 4 warps merge in warp order and the chunk's (max, sum, output)
 // goes to partials [part_off[t] + z, H, Dh + 2]. lb_attention_merge, grid (T, H),
-// merges chunks 0 .. p / ATT_CHUNK in order. Token t's chunks are stored
+// merges chunks 0 .. p / att_chunk(p) in order. Token t's chunks are stored
 // from partial index part_off[t] on (a prefix sum of the tokens' chunk
 // counts, so prefill chunks take memory for the positions they have, not
 // for the longest). How the context is split
@@ -38,7 +40,15 @@ __device__ __forceinline__ i64 kv_row(const int *blocks, int bs, int j) {
 	return blocks ? (i64)blocks[j / bs] * bs + j % bs : (i64)j;
 }
 
-#define ATT_CHUNK 128
+#define ATT_SPLITS 16
+
+// att_chunk is the chunk size for position p: the context p + 1 split in
+// at most ATT_SPLITS chunks of a multiple of 32 positions. It depends on p
+// alone (batch invariance); kernels/cuda's attChunk computes the same.
+__device__ __forceinline__ int att_chunk(int p) {
+	int per = (p + 1 + ATT_SPLITS - 1) / ATT_SPLITS;
+	return max(32, (per + 31) / 32 * 32);
+}
 
 extern "C" __global__ void lb_attention_split(float *partials, const float *q, const u8 *kp, const u8 *vp, int dtype,
                                               float kscale, float vscale, const int *tables, int stride,
@@ -48,9 +58,9 @@ extern "C" __global__ void lb_attention_split(float *partials, const float *q, c
 	__shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
 	__shared__ float wacc[ATT_WARPS][ATT_MAX_DH];
 	int t = blockIdx.x, h = blockIdx.y, z = blockIdx.z, kh = h / (H / KVH);
-	int p = pos[t], begin = z * ATT_CHUNK;
+	int p = pos[t], chunk = att_chunk(p), begin = z * chunk;
 	if (begin > p) return; // chunks past the position are never merged
-	int end = min(begin + ATT_CHUNK, p + 1);
+	int end = min(begin + chunk, p + 1);
 	const int *blocks = tables ? tables + (i64)seq[t] * stride : 0;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const float *qv = q + ((i64)t * H + h) * Dh;
@@ -107,7 +117,7 @@ extern "C" __global__ void lb_attention_split(float *partials, const float *q, c
 
 extern "C" __global__ void lb_attention_merge(float *out, const float *partials, const int *pos, const int *part_off,
                                               int H, int Dh) {
-	int t = blockIdx.x, h = blockIdx.y, n = pos[t] / ATT_CHUNK + 1;
+	int t = blockIdx.x, h = blockIdx.y, n = pos[t] / att_chunk(pos[t]) + 1;
 	i64 zs = (i64)H * (Dh + 2); // from one chunk's partial to the next
 	const float *part = partials + ((i64)part_off[t] * H + h) * (Dh + 2);
 	float M = part[0];
