@@ -78,12 +78,23 @@ func TestEstimateHand(t *testing.T) {
 			0.5*math.Log(2) + 0.5*math.Log(0.5/0.75), 0.5*math.Log(2) + 0.5*math.Log(0.5/0.75), math.Log(0.5 / 0.75)},
 		// P lists {0: .6, 1: .3} (tail .1); Q lists {0: .6, 2: .3} (tail .1).
 		// Union: 0 → 0; 1 → .3 log(.3/eps); 2 → 0 (p = 0); tails equal → 0.
-		// Lower: {0} and rest: .4 vs .4 → 0.
-		{"disjoint borders", entry(0, 0.6, 1, 0.3), entry(0, 0.6, 2, 0.3), 0, 0.3 * math.Log(0.3/Eps), 0, 0},
-		// Coarse-grained: {0: .7 vs .5, rest: .3 vs .5}.
+		// Lower: Q can give token 1 at most its tail .1, P token 2 at most
+		// .1, so the closest pair is (.6, .3, .1) against (.6, .1, .3).
+		{"disjoint borders", entry(0, 0.6, 1, 0.3), entry(0, 0.6, 2, 0.3), 0, 0.3 * math.Log(0.3/Eps),
+			0.3*math.Log(0.3/0.1) + 0.1*math.Log(0.1/0.3), 0},
+		// Token 1 (P .2) can have at most Q's unlisted mass .1, token 2
+		// (Q .4) at most P's .1: the closest pair the dicts allow is
+		// P = (.7, .2, .1), Q = (.5, .1, .4) on tokens 0, 1, 2 (the merged
+		// bucket alone would give .7 log(.7/.5) + .3 log(.3/.5) = .082).
 		{"lower bound", entry(0, 0.7, 1, 0.2), entry(0, 0.5, 2, 0.4), 0,
 			0.7*math.Log(0.7/0.5) + 0.2*math.Log(0.2/Eps) + 0.1*math.Log(0.1/0.1),
-			0.7*math.Log(0.7/0.5) + 0.3*math.Log(0.3/0.5), math.Log(0.7 / 0.5)},
+			0.7*math.Log(0.7/0.5) + 0.2*math.Log(0.2/0.1) + 0.1*math.Log(0.1/0.4), math.Log(0.7 / 0.5)},
+		// Token 1 needs only Q-mass .0625 of the .25 Q leaves unlisted to
+		// match the ratio of everything outside {0, 3}: the bound is the KL
+		// of {0, 3, rest}.
+		{"merged", entry(0, 0.5, 3, 0.3, 1, 0.05), entry(0, 0.4, 3, 0.35), 0,
+			0.5*math.Log(0.5/0.4) + 0.3*math.Log(0.3/0.35) + 0.05*math.Log(0.05/Eps) + 0.15*math.Log(0.15/0.25),
+			0.5*math.Log(0.5/0.4) + 0.3*math.Log(0.3/0.35) + 0.2*math.Log(0.2/0.25), math.Log(0.5 / 0.4)},
 	}
 	for _, c := range cases {
 		e, err := Estimate(c.p, c.q, c.actual)
@@ -135,6 +146,9 @@ func TestEstimatorsAgainstTruth(t *testing.T) {
 			if e.Lower > exact+1e-6 {
 				t.Errorf("trial %d k %d: lower bound %g > exact KL %g", trial, k, e.Lower, exact)
 			}
+			if ib := intersectionBound(&ep, &eq); e.Lower < ib-1e-9 {
+				t.Errorf("trial %d k %d: lower bound %g below the one-bucket bound %g", trial, k, e.Lower, ib)
+			}
 			if e.Lower < prevLower-1e-9 {
 				t.Errorf("trial %d k %d: lower bound %g fell from %g at a smaller k", trial, k, e.Lower, prevLower)
 			}
@@ -155,4 +169,20 @@ func TestEstimatorsAgainstTruth(t *testing.T) {
 			}
 		}
 	}
+}
+
+// intersectionBound is the KL of the tokens both dicts list plus one bucket
+// for everything else: the coarsest lower bound, which Estimate's must not
+// fall below.
+func intersectionBound(p, q *Entry) float64 {
+	var kl, mp, mq float64
+	for _, a := range p.Tokens {
+		if b, ok := q.Lookup(a.ID); ok {
+			pa, qb := math.Exp(a.Logprob), math.Exp(b.Logprob)
+			kl += term(pa, qb)
+			mp += pa
+			mq += qb
+		}
+	}
+	return kl + term(max(0, 1-mp), max(0, 1-mq))
 }

@@ -44,8 +44,8 @@ reference's /tokenize) and reports three estimators side by side:
   union+tail   KL over both top-k sets plus a tail bucket; a token one side
                does not list counts as probability 0 there, so it
                overestimates when the sets differ
-  lower bound  KL over the tokens both list plus one bucket for the rest;
-               never above the true KL
+  lower bound  the smallest KL that any two distributions agreeing with
+               both servers' dicts can have; never above the true KL
   Δ log-lik    log P(token) - log Q(token) of the actual tokens: unbiased for
                KL only on the reference's own samples (--sample)
 The servers must allow -k (vLLM: --max-logprobs, default 20).
