@@ -41,8 +41,8 @@ for t in \
   ./runtime/server:FuzzCompletionRequest:100000 \
   ./runtime/server:FuzzChatRequest:50000 \
   ./tokenizer/chat:FuzzRender:20000 \
-  ./bench:FuzzSSE:100000 \
-  ./bench:FuzzParseResult:50000 \
+  ./bench:FuzzSSE:60000 \
+  ./bench:FuzzParseResult:25000 \
   ./kl:FuzzParsePrompts:20000 \
   ./kl:FuzzParsePromptLogprobs:30000 \
   ./checkpoint/hub:FuzzParseBatchResponse:100000 \
