@@ -44,9 +44,10 @@ func (o SamplingOptions) Validate() error {
 
 // Sampler draws tokens for one request. It is not safe for concurrent use.
 type Sampler struct {
-	opts SamplingOptions
-	rng  *rand.Rand
-	cand []candidate
+	opts    SamplingOptions
+	rng     *rand.Rand
+	cand    []candidate
+	weights []float64 // sampleUnranked's unnormalized probabilities
 }
 
 type candidate struct {
@@ -73,9 +74,12 @@ func (s *Sampler) Sample(logits []float32) int {
 		return argmax(logits)
 	}
 	n := len(logits)
-	s.fill(logits)
 	limited := o.TopK > 0 && o.TopK < n
 	topP := o.TopP > 0 && o.TopP < 1
+	if !limited && !topP {
+		return s.sampleUnranked(logits)
+	}
+	s.fill(logits)
 	k := n
 	switch {
 	case limited:
@@ -133,6 +137,43 @@ func (s *Sampler) Sample(logits []float32) int {
 		}
 	}
 	return c[len(c)-1].id
+}
+
+// sampleUnranked draws from the whole softmax (with min-p's floor) in id
+// order: without top-k or top-p nothing needs ranking, and sorting a
+// 151,936-token vocabulary would cost tens of milliseconds a token.
+// p_i >= min_p·p_max is exp(v_i - max v) >= min_p.
+func (s *Sampler) sampleUnranked(logits []float32) int {
+	t := s.opts.Temperature
+	maxV := math.Inf(-1)
+	for _, l := range logits {
+		maxV = max(maxV, float64(l)/t)
+	}
+	if cap(s.weights) < len(logits) {
+		s.weights = make([]float64, len(logits))
+	}
+	w := s.weights[:len(logits)]
+	var total float64
+	for i, l := range logits {
+		e := math.Exp(float64(l)/t - maxV)
+		if e < s.opts.MinP {
+			e = 0
+		}
+		w[i] = e
+		total += e
+	}
+	r := s.rng.Float64() * total
+	last := argmax(logits)
+	for i, e := range w {
+		if e == 0 {
+			continue
+		}
+		last = i
+		if r -= e; r < 0 {
+			return i
+		}
+	}
+	return last
 }
 
 // fill sets s.cand to the temperature-scaled logits.
