@@ -48,6 +48,7 @@ type Sampler struct {
 	rng     *rand.Rand
 	cand    []candidate
 	weights []float64 // sampleUnranked's unnormalized probabilities
+	topIDs  []int     // topKCandidates' window
 }
 
 type candidate struct {
@@ -79,15 +80,19 @@ func (s *Sampler) Sample(logits []float32) int {
 	if !limited && !topP {
 		return s.sampleUnranked(logits)
 	}
-	s.fill(logits)
-	k := n
-	switch {
-	case limited:
-		k = o.TopK
-	case topP && n > preselect:
-		k = preselect // widened below if those tokens hold too little mass
+	var c []candidate
+	if limited {
+		// Dividing by a positive temperature keeps the order, so the top k
+		// are chosen on the raw logits and only they are scaled.
+		c = s.topKCandidates(logits, o.TopK)
+	} else {
+		s.fill(logits)
+		k := n
+		if n > preselect {
+			k = preselect // widened below if those tokens hold too little mass
+		}
+		c = topSorted(s.cand, k)
 	}
-	c := topSorted(s.cand, k)
 	// The softmax runs over the top-k tokens, or over every token when only
 	// top-p limits them (so that preselected probabilities are exact).
 	maxV := c[0].v
@@ -102,7 +107,7 @@ func (s *Sampler) Sample(logits []float32) int {
 		}
 	}
 	cum := toProbs(c, maxV, sum)
-	if !limited && k < n && cum < o.TopP {
+	if !limited && len(c) < n && cum < o.TopP {
 		s.fill(logits)
 		c = topSorted(s.cand, n)
 		toProbs(c, maxV, sum)
@@ -174,6 +179,34 @@ func (s *Sampler) sampleUnranked(logits []float32) int {
 		}
 	}
 	return last
+}
+
+// topKCandidates returns the k largest logits as temperature-scaled
+// candidates, in less's order (value descending, then id ascending): one
+// pass keeping a sorted window of k. Ids grow along the scan, so a value
+// equal to the window's worst never displaces it, as less would have it.
+func (s *Sampler) topKCandidates(logits []float32, k int) []candidate {
+	ids := s.topIDs[:0]
+	for id, l := range logits {
+		if len(ids) == k {
+			if !(l > logits[ids[k-1]]) {
+				continue
+			}
+			ids = ids[:k-1]
+		}
+		i := len(ids)
+		for i > 0 && l > logits[ids[i-1]] {
+			i--
+		}
+		ids = slices.Insert(ids, i, id)
+	}
+	s.topIDs = ids
+	c := s.cand[:0]
+	for _, id := range ids {
+		c = append(c, candidate{id, float64(logits[id]) / s.opts.Temperature})
+	}
+	s.cand = c
+	return c
 }
 
 // fill sets s.cand to the temperature-scaled logits.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	goruntime "runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lowbit-ai/lowbit/kernels"
 	"github.com/lowbit-ai/lowbit/runtime"
@@ -385,64 +387,41 @@ func (e *Engine) step(batch []runtime.BatchEntry, sched []*seqState) {
 		return
 	}
 	V := e.m.VocabSize()
-	var lp []float32
-	logSoftmax := func(row []float32) []float32 {
-		if lp == nil {
-			lp = make([]float32, V)
-		}
-		e.m.Ops().LogSoftmax(lp, row, 1, V)
-		return lp
-	}
-	var prompt, generated int64
-	var finished []*seqState
+	var prompt int64
+	rowAt := make([]int, len(sched))
 	r := 0
 	for k, s := range sched {
 		b := batch[k]
 		n := len(b.Tokens)
-		first := b.Start + n - b.Logits // position of the first logits row
 		if s.computed < s.nPrompt {
 			prompt += int64(min(s.computed+n, s.nPrompt) - s.computed)
 		}
 		s.computed += n
 		e.registerBlocks(s)
-		var out Output
-		for j := range b.Logits {
-			row := logits[(r+j)*V : (r+j+1)*V]
-			p := first + j
-			if s.promptLP != nil && p+1 < s.nPrompt && s.promptLP[p+1] == nil {
-				pl := positionLogprobs(logSoftmax(row), s.tokens[p+1], s.req.PromptLogprobs)
-				s.promptLP[p+1] = &pl
-			}
-			if p != len(s.tokens)-1 {
-				continue
-			}
-			if !s.started {
-				s.started = true
-				out.PromptTokens, out.CachedTokens = s.nPrompt, s.cached
-				if s.promptLP != nil {
-					out.PromptLogprobs = s.promptLP
-				}
-			}
-			if s.req.MaxTokens == 0 {
-				out.Finish = FinishLength
-				break
-			}
-			tok := s.sample(row)
-			if s.req.Logprobs >= 0 {
-				out.Logprobs = append(out.Logprobs, positionLogprobs(logSoftmax(row), tok, s.req.Logprobs))
-			}
-			s.tokens = append(s.tokens, tok)
-			s.generated++
-			generated++
-			out.Tokens = append(out.Tokens, tok)
-			switch {
-			case s.stop[tok] && s.generated >= s.req.MinTokens:
-				out.Finish, out.StopToken = FinishStop, tok
-			case s.generated >= s.req.MaxTokens || len(s.tokens) >= e.cfg.MaxModelLen:
-				out.Finish = FinishLength
-			}
-		}
+		rowAt[k] = r
 		r += b.Logits
+	}
+	// Sampling and log-probabilities touch only their own request, so the
+	// requests of a step are served in parallel: a vocabulary-wide pass a
+	// row adds up over a batch.
+	outs := make([]Output, len(sched))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(sched), goruntime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			var lp []float32
+			for k := int(next.Add(1) - 1); k < len(sched); k = int(next.Add(1) - 1) {
+				b := batch[k]
+				outs[k] = e.results(sched[k], logits[rowAt[k]*V:(rowAt[k]+b.Logits)*V], b.Start+len(b.Tokens)-b.Logits, &lp)
+			}
+		})
+	}
+	wg.Wait()
+	var generated int64
+	var finished []*seqState
+	for k, s := range sched {
+		out := outs[k]
+		generated += int64(len(out.Tokens))
 		if out.Finish != "" {
 			finished = append(finished, s)
 			e.finish(s, out)
@@ -458,6 +437,58 @@ func (e *Engine) step(batch []runtime.BatchEntry, sched []*seqState) {
 	e.stats.PromptTokens += prompt
 	e.stats.GenerationTokens += generated
 	e.mu.Unlock()
+}
+
+// results turns s's logits rows (the first at position first) into its
+// Output: prompt log-probabilities, and at the last position the sampled
+// token with its log-probabilities and whether it ends the request. lp is
+// the calling worker's buffer for log-softmax rows.
+func (e *Engine) results(s *seqState, rows []float32, first int, lp *[]float32) Output {
+	V := e.m.VocabSize()
+	logSoftmax := func(row []float32) []float32 {
+		if *lp == nil {
+			*lp = make([]float32, V)
+		}
+		e.m.Ops().LogSoftmax(*lp, row, 1, V)
+		return *lp
+	}
+	var out Output
+	for j := range len(rows) / V {
+		row := rows[j*V : (j+1)*V]
+		p := first + j
+		if s.promptLP != nil && p+1 < s.nPrompt && s.promptLP[p+1] == nil {
+			pl := positionLogprobs(logSoftmax(row), s.tokens[p+1], s.req.PromptLogprobs)
+			s.promptLP[p+1] = &pl
+		}
+		if p != len(s.tokens)-1 {
+			continue
+		}
+		if !s.started {
+			s.started = true
+			out.PromptTokens, out.CachedTokens = s.nPrompt, s.cached
+			if s.promptLP != nil {
+				out.PromptLogprobs = s.promptLP
+			}
+		}
+		if s.req.MaxTokens == 0 {
+			out.Finish = FinishLength
+			break
+		}
+		tok := s.sample(row)
+		if s.req.Logprobs >= 0 {
+			out.Logprobs = append(out.Logprobs, positionLogprobs(logSoftmax(row), tok, s.req.Logprobs))
+		}
+		s.tokens = append(s.tokens, tok)
+		s.generated++
+		out.Tokens = append(out.Tokens, tok)
+		switch {
+		case s.stop[tok] && s.generated >= s.req.MinTokens:
+			out.Finish, out.StopToken = FinishStop, tok
+		case s.generated >= s.req.MaxTokens || len(s.tokens) >= e.cfg.MaxModelLen:
+			out.Finish = FinishLength
+		}
+	}
+	return out
 }
 
 // sample draws s's next token from a row of raw logits; before MinTokens
