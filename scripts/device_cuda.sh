@@ -16,6 +16,9 @@ cat .device/bin/commit.txt | tee "$out/commit.txt"
 ls /usr/local/cuda/lib64/libnvrtc* /usr/lib/x86_64-linux-gnu/libnvrtc* 2>/dev/null | head -5
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 
+# ONLY=serve runs just the serving check and bench below (needs only the
+# lowbit binary: scripts/device_build.sh with no packages).
+if [ "${ONLY:-}" != serve ]; then
 echo "== kernels/cuda tests"
 (cd kernels/cuda && ../../.device/bin/kernels_cuda.test -test.v -test.count=1 2>&1) >"$out/cuda_test.log"
 rc=$?
@@ -42,7 +45,10 @@ echo "== batch-1 decode on the device-resident forward"
 echo "== the PyTorch/transformers baseline on the same Qwen3-8B-shape weights"
 timeout 240 python3 scripts/torch_baseline.py --model /tmp/lowbit-bench-qwen3-8b/bf16 --decode 128 --compile 2>&1 | grep -E '^\{|Error|error' | tail -5
 
+fi
+
 echo "== lowbit serve on the GPU (tiny model; then a small random-dataset bench on the Qwen3-0.6B shape)"
+[ -f /tmp/lowbit-bench-qwen3-0.6b/bf16/config.json ] || .device/bin/lowbit synth --arch qwen3 --size qwen3-0.6b --out /tmp/lowbit-bench-qwen3-0.6b/bf16 >/dev/null 2>&1
 sd=$(mktemp -d)
 .device/bin/lowbit synth --arch qwen3 --out "$sd/tiny" >/dev/null 2>&1
 .device/bin/lowbit serve "$sd/tiny" --served-model-name tiny --host 127.0.0.1 --port 8011 --max-model-len 4096 2>"$out/serve.log" &
