@@ -17,7 +17,8 @@ ls /usr/local/cuda/lib64/libnvrtc* /usr/lib/x86_64-linux-gnu/libnvrtc* 2>/dev/nu
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 
 # ONLY=serve runs just the serving check and bench below (needs only the
-# lowbit binary: scripts/device_build.sh with no packages).
+# lowbit binary: scripts/device_build.sh with no packages); ONLY=kernels
+# stops after the decode benchmark.
 if [ "${ONLY:-}" != serve ]; then
 echo "== kernels/cuda tests"
 (cd kernels/cuda && ../../.device/bin/kernels_cuda.test -test.v -test.count=1 2>&1) >"$out/cuda_test.log"
@@ -42,6 +43,7 @@ echo "== engine on the GPU"
 echo "== batch-1 decode on the device-resident forward"
 (cd runtime && ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x 2>&1) | tee "$out/bench_cuda.txt" | grep -E "Benchmark|wrote"
 (cd runtime && LOWBIT_BENCH_SIZE=qwen3-8b timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x 2>&1) | tee "$out/bench_cuda_8b.txt" | grep -E "Benchmark|wrote"
+[ "${ONLY:-}" = kernels ] && exit $status
 echo "== the PyTorch/transformers baseline on the same Qwen3-8B-shape weights"
 timeout 240 python3 scripts/torch_baseline.py --model /tmp/lowbit-bench-qwen3-8b/bf16 --decode 128 --compile 2>&1 | grep -E '^\{|Error|error' | tail -5
 

@@ -439,7 +439,7 @@ func (k *K) WriteKVBatch(p *KVPool, kv, vv Buf, b *Batch, T int) error {
 
 // attSplits is ATT_SPLITS of attention.cu: the most chunks a token's
 // context is split in.
-const attSplits = 16
+const attSplits = 64
 
 // attChunk is att_chunk of attention.cu: the chunk size for position p.
 func attChunk(p int) int {

@@ -18,7 +18,8 @@
 // the positions of chunk z up to p, chunks being att_chunk(p) positions (a
 // multiple of 32, at least 32, so that p's context is split in at most
 // ATT_SPLITS chunks), its warp w those ≡ w (mod 4) in increasing order
-// with a running max, sum and output;
+// with a running max, sum and output (lane l holding the Dh/32 consecutive
+// dimensions from l·Dh/32, so a warp reads a row in one contiguous span);
 // the 4 warps merge in warp order and the chunk's (max, sum, output)
 // goes to partials [part_off[t] + z, H, Dh + 2]. lb_attention_merge, grid (T, H),
 // merges chunks 0 .. p / att_chunk(p) in order. Token t's chunks are stored
@@ -40,7 +41,7 @@ __device__ __forceinline__ i64 kv_row(const int *blocks, int bs, int j) {
 	return blocks ? (i64)blocks[j / bs] * bs + j % bs : (i64)j;
 }
 
-#define ATT_SPLITS 16
+#define ATT_SPLITS 64
 
 // att_chunk is the chunk size for position p: the context p + 1 split in
 // at most ATT_SPLITS chunks of a multiple of 32 positions. It depends on p
@@ -70,19 +71,20 @@ extern "C" __global__ void lb_attention_split(float *partials, const float *q, c
 	float m = ninf, l = 0.0f, acc[ATT_MAX_DH / 32];
 #pragma unroll
 	for (int i = 0; i < ATT_MAX_DH / 32; i++) acc[i] = 0.0f;
+	const int per = (Dh + 31) / 32, d0 = lane * per; // lanes past Dh idle
 	for (int j = begin + warp; j < end; j += ATT_WARPS) {
-		i64 off = (kv_row(blocks, bs, j) * KVH + kh) * Dh;
+		i64 off = (kv_row(blocks, bs, j) * KVH + kh) * Dh + d0;
 		float dot = 0.0f;
-		for (int d = lane; d < Dh; d += 32) dot += qs[d] * kv_load(kp, off + d, dtype, kscale);
+#pragma unroll
+		for (int i = 0; i < ATT_MAX_DH / 32; i++)
+			if (i < per && d0 + i < Dh) dot += qs[d0 + i] * kv_load(kp, off + i, dtype, kscale);
 		float s = warp_sum(dot) * scale;
 		float mn = nanmax(m, s);
 		float corr = expf(m - mn), e = expf(s - mn);
 		l = l * corr + e;
 #pragma unroll
-		for (int i = 0; i < ATT_MAX_DH / 32; i++) {
-			int d = lane + 32 * i;
-			if (d < Dh) acc[i] = acc[i] * corr + e * kv_load(vp, off + d, dtype, vscale);
-		}
+		for (int i = 0; i < ATT_MAX_DH / 32; i++)
+			if (i < per && d0 + i < Dh) acc[i] = acc[i] * corr + e * kv_load(vp, off + i, dtype, vscale);
 		m = mn;
 	}
 	if (lane == 0) {
@@ -90,10 +92,8 @@ extern "C" __global__ void lb_attention_split(float *partials, const float *q, c
 		wl[warp] = l;
 	}
 #pragma unroll
-	for (int i = 0; i < ATT_MAX_DH / 32; i++) {
-		int d = lane + 32 * i;
-		if (d < Dh) wacc[warp][d] = acc[i];
-	}
+	for (int i = 0; i < ATT_MAX_DH / 32; i++)
+		if (i < per && d0 + i < Dh) wacc[warp][d0 + i] = acc[i];
 	__syncthreads();
 	// A warp without positions keeps m = -inf and adds nothing; a NaN score
 	// propagates.
