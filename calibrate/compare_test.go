@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -38,14 +39,15 @@ import (
 // the tables of docs/calibration.md:
 //
 //	go test ./calibrate -run CompareMethods -v -timeout 3h \
-//	    -methods.size qwen3-0.6b -methods.seqlen 256 \
-//	    -methods.out ../docs/calibration-table.md -methods.png ../docs/calibration-nmse.png
+//	    -methods.size qwen3-0.6b -methods.seqlen 256 -methods.out table.md \
+//	    -methods.json results.json -methods.png ../docs/calibration-nmse-qwen3-0.6b.png
 var (
 	methodsSize    = flag.String("methods.size", "", "synth size for TestCompareMethods (default: tiny, short)")
 	methodsSchemes = flag.String("methods.schemes", "nvfp4a16,nvfp4,fp8-dynamic,fp8", "schemes for TestCompareMethods")
 	methodsSeqLen  = flag.Int("methods.seqlen", 64, "tokens per calibration and evaluation sample")
 	methodsOut     = flag.String("methods.out", "", "write TestCompareMethods' markdown table here")
 	methodsPNG     = flag.String("methods.png", "", "write TestCompareMethods' per-layer NMSE plot here")
+	methodsJSON    = flag.String("methods.json", "", "write TestCompareMethods' results, every layer's NMSE included, here")
 )
 
 // calibDocs of the built-in set calibrate; the rest are held out.
@@ -143,6 +145,25 @@ func TestCompareMethods(t *testing.T) {
 	t.Log("\n" + table)
 	if *methodsOut != "" {
 		if err := os.WriteFile(*methodsOut, []byte(table), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if *methodsJSON != "" {
+		type result struct {
+			Scheme, Method string
+			KL             float64
+			NMSE           []float64
+			Seconds        float64
+		}
+		var rs []result
+		for _, c := range cands {
+			rs = append(rs, result{c.scheme.String(), c.method.String(), c.kl, c.nmse, c.took.Seconds()})
+		}
+		js, err := json.MarshalIndent(rs, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(*methodsJSON, append(js, '\n'), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
