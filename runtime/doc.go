@@ -53,13 +53,27 @@
 // row t of the logits does not depend on T: a prefill of N tokens followed
 // by M single-token decodes gives the logits of one prefill of N+M tokens.
 //
-// # KV cache
+// # KV cache and batches
 //
-// Each Sequence holds its own contiguous float32 cache per layer, K and V
-// [positions, kv_heads, head_dim], grown by doubling up to the sequence's
-// limit (max_position_embeddings unless smaller); a Forward past the limit
-// fails with ErrSequenceFull. A checkpoint's FP8 KV-cache scales are
-// checked at load but not applied (Model.Notes says so).
+// Model.ForwardBatch runs the new tokens of several sequences in one pass
+// over the weights, over a KVPool: per layer, K and V pools of fixed-size
+// blocks in float32, BF16 or FP8 E4M3 (with the checkpoint's k_scale and
+// v_scale), each sequence naming its blocks in a block table. Keys and
+// values are rounded to the pool's dtype as they are written. Every op is
+// row-wise or reads only the sequence's own cache, so a sequence's logits
+// are bit-identical whatever else is in the batch, however its tokens were
+// chunked and whichever blocks it got (tested). Which sequence holds which
+// block is runtime/engine's business.
+//
+// A Sequence is the simple case: a private float32 pool of one block as
+// long as the sequence, grown by doubling up to its limit
+// (max_position_embeddings unless smaller); a Forward past the limit fails
+// with ErrSequenceFull.
+//
+// An Executor owns a pool and runs batches on it: a KVPool on the CPU, or
+// a CUDAExecutor, which keeps the weights, the pool and the activations on
+// a GPU and launches the CUDA kernels in the same order, with the same
+// float32 numerics (decode steps replayed from CUDA graphs).
 //
 // # Sampling and generation
 //

@@ -44,7 +44,7 @@ type layer struct {
 	q, k, v, o          kernels.Weight
 	gate, up, down      kernels.Weight
 	// kScale and vScale are an FP8 KV cache's scales: checked at load, not
-	// applied (the cache is float32; see Notes).
+	// applied by an FP8 KVPool (a Sequence's cache is float32; see Notes).
 	kScale, vScale float32
 }
 
@@ -198,7 +198,7 @@ func (m *Model) bind(b *binder, s scheme) {
 		}
 	}
 	if kvFP8 {
-		m.notes = append(m.notes, "the checkpoint asks for an FP8 KV cache; its k/v scales are checked but the runtime keeps K and V in float32")
+		m.notes = append(m.notes, "the checkpoint asks for an FP8 KV cache: the engine applies its k/v scales with --kv-cache-dtype fp8; a standalone Sequence (generate) keeps K and V in float32")
 	}
 	m.norm = b.vector("model.norm.weight", d.hidden)
 	var skip func(string) bool
