@@ -43,7 +43,7 @@ type layer struct {
 	qNorm, kNorm        []float32 // [headDim]; nil without qkNorm (Llama)
 	q, k, v, o          kernels.Weight
 	gate, up, down      kernels.Weight
-	// kScale and vScale are an FP8 KV cache's scales: checked at load, not
+	// kScale and vScale are an FP8 KV cache's scales: checked at load and
 	// applied by an FP8 KVPool (a Sequence's cache is float32; see Notes).
 	kScale, vScale float32
 }
