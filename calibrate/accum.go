@@ -49,17 +49,16 @@ func (s *site) add(x []float32, T int) error {
 	if len(x) != T*s.n {
 		return fmt.Errorf("calibrate: %d values for %d tokens of width %d", len(x), T, s.n)
 	}
-	for i, v := range x {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return &nonFiniteError{token: i / s.n, channel: i % s.n, value: v}
-		}
+	if err := checkFinite(x, s.n); err != nil {
+		return err
 	}
 	for t := range T {
 		row := x[t*s.n : (t+1)*s.n]
+		amax, sum := s.absmax[:len(row)], s.sumAbs[:len(row)]
 		for c, v := range row {
-			a := float32(math.Abs(float64(v)))
-			s.absmax[c] = max(s.absmax[c], a)
-			s.sumAbs[c] += float64(a)
+			a := abs32(v)
+			amax[c] = max(amax[c], a)
+			sum[c] += float64(a)
 		}
 	}
 	s.tokens += int64(T)
@@ -126,9 +125,15 @@ func (s *kvSite) addK(x []float32, T int) error {
 	if err := checkFinite(x, s.heads*s.headDim); err != nil {
 		return err
 	}
-	for i, v := range x {
-		h := i % (s.heads * s.headDim) / s.headDim
-		s.kHead[h] = max(s.kHead[h], float32(math.Abs(float64(v))))
+	for len(x) > 0 {
+		for h := range s.heads {
+			m := s.kHead[h]
+			for _, v := range x[h*s.headDim : (h+1)*s.headDim] {
+				m = max(m, abs32(v))
+			}
+			s.kHead[h] = m
+		}
+		x = x[s.heads*s.headDim:]
 	}
 	return nil
 }
@@ -137,20 +142,27 @@ func (s *kvSite) addV(x []float32, T int) error {
 	if err := checkFinite(x, s.heads*s.headDim); err != nil {
 		return err
 	}
+	m := s.v
 	for _, v := range x {
-		s.v = max(s.v, float32(math.Abs(float64(v))))
+		m = max(m, abs32(v))
 	}
+	s.v = m
 	return nil
 }
 
+// checkFinite returns the first NaN or infinity of x, rows of n, as an
+// error: a float32 whose exponent bits are all ones.
 func checkFinite(x []float32, n int) error {
 	for i, v := range x {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+		if math.Float32bits(v)&0x7F800000 == 0x7F800000 {
 			return &nonFiniteError{token: i / n, channel: i % n, value: v}
 		}
 	}
 	return nil
 }
+
+// abs32 is |v|.
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
 
 func (s *kvSite) attention(module string) stats.Attention {
 	a := stats.Attention{Module: module, VAbsMax: s.v, KHeadAbsMax: s.kHead}
