@@ -2,9 +2,10 @@ package kl
 
 import (
 	"cmp"
-	"container/heap"
 	"slices"
 	"sort"
+
+	"github.com/lowbit-ai/lowbit/runtime"
 )
 
 // Logprob is one token of a position's prompt_logprobs dict: its
@@ -45,62 +46,9 @@ func (e *Entry) Top1() int {
 }
 
 // TopK returns the ids of the k largest values of row, largest first, ties
-// by ascending id (the order of vLLM's top-k and of engine.PositionLogprobs).
-// k < 0 or k > len(row) means all of them.
-func TopK(row []float32, k int) []int {
-	if k < 0 || k > len(row) {
-		k = len(row)
-	}
-	if k == 0 {
-		return nil
-	}
-	h := &minHeap{row: row, ids: make([]int, 0, k)}
-	for i := range row {
-		if len(h.ids) < k {
-			heap.Push(h, i)
-		} else if h.better(i, h.ids[0]) {
-			h.ids[0] = i
-			heap.Fix(h, 0)
-		}
-	}
-	ids := h.ids
-	slices.SortFunc(ids, func(a, b int) int {
-		return cmp.Or(cmp.Compare(row[b], row[a]), cmp.Compare(a, b))
-	})
-	return ids
-}
-
-// minHeap keeps the k best ids seen, the worst on top.
-type minHeap struct {
-	row []float32
-	ids []int
-}
-
-// better reports whether id a ranks above id b.
-func (h *minHeap) better(a, b int) bool {
-	return h.row[a] > h.row[b] || (h.row[a] == h.row[b] && a < b)
-}
-
-func (h *minHeap) Len() int           { return len(h.ids) }
-func (h *minHeap) Less(i, j int) bool { return h.better(h.ids[j], h.ids[i]) }
-func (h *minHeap) Swap(i, j int)      { h.ids[i], h.ids[j] = h.ids[j], h.ids[i] }
-func (h *minHeap) Push(x any)         { h.ids = append(h.ids, x.(int)) }
-func (h *minHeap) Pop() any {
-	x := h.ids[len(h.ids)-1]
-	h.ids = h.ids[:len(h.ids)-1]
-	return x
-}
-
-// rank returns the number of entries of row that are >= row[id].
-func rank(row []float32, id int) int {
-	n := 0
-	for _, v := range row {
-		if v >= row[id] {
-			n++
-		}
-	}
-	return n
-}
+// by ascending id (the order of vLLM's top-k and of the engine's
+// logprobs); see runtime.TopK.
+func TopK(row []float32, k int) []int { return runtime.TopK(row, k) }
 
 // EntryFromRow builds the dict a vLLM-compatible server returns for a
 // position whose full log-probability row is row and whose actual token is
@@ -108,7 +56,7 @@ func rank(row []float32, id int) int {
 // rank, then the top ids with ranks 1..len(top), a top id overwriting the
 // actual token's rank when they coincide, as vLLM's dict insertion does.
 func EntryFromRow(row []float32, actual int, top []int) Entry {
-	return entryFromRow(row, actual, rank(row, actual), top)
+	return entryFromRow(row, actual, runtime.Rank(row, actual), top)
 }
 
 // entryFromRow is EntryFromRow with the actual token's rank known.

@@ -230,7 +230,7 @@ func (o *offline) rows(pi int, ids []int, first int, lr, lc []float32) []Positio
 				tok := ids[first+r+1]
 				rs := Row(p, q)
 				tp, tq := TopK(p, kmax), TopK(q, kmax)
-				rp, rq := rank(p, tok), rank(q, tok)
+				rp, rq := runtime.Rank(p, tok), runtime.Rank(q, tok)
 				es := make([]Estimates, len(o.ks))
 				for i, k := range o.ks {
 					k = min(k, len(tp))
