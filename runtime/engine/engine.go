@@ -79,16 +79,9 @@ func New(m *runtime.Model, cfg Config) (*Engine, error) {
 	if cfg.KVCacheBytes <= 0 {
 		cfg.KVCacheBytes = 1 << 30
 	}
-	var dt kernels.KVDType
-	switch cfg.KVCacheDType {
-	case "", "auto", "bf16", "bfloat16":
-		dt = kernels.KVBF16
-	case "fp8", "fp8_e4m3":
-		dt = kernels.KVFP8
-	case "float32":
-		dt = kernels.KVFloat32
-	default:
-		return nil, fmt.Errorf("engine: kv cache dtype %q: want auto, fp8 or float32", cfg.KVCacheDType)
+	dt, err := ParseKVCacheDType(cfg.KVCacheDType)
+	if err != nil {
+		return nil, err
 	}
 	blocks := int(cfg.KVCacheBytes / m.KVBlockBytes(cfg.BlockSize, dt))
 	if blocks*cfg.BlockSize < cfg.MaxModelLen {
@@ -96,7 +89,6 @@ func New(m *runtime.Model, cfg Config) (*Engine, error) {
 			cfg.KVCacheBytes>>20, dt, blocks*cfg.BlockSize, cfg.MaxModelLen)
 	}
 	var exec runtime.Executor
-	var err error
 	if cfg.NewExecutor != nil {
 		exec, err = cfg.NewExecutor(blocks, cfg.BlockSize, dt)
 	} else {
@@ -110,6 +102,21 @@ func New(m *runtime.Model, cfg Config) (*Engine, error) {
 	e.stats.KVBlocksTotal = blocks
 	go e.loop()
 	return e, nil
+}
+
+// ParseKVCacheDType reads a --kv-cache-dtype value: auto (BF16, what vLLM's
+// auto holds for a BF16 model), fp8 or fp8_e4m3, or float32 (exact, for
+// tests).
+func ParseKVCacheDType(s string) (kernels.KVDType, error) {
+	switch s {
+	case "", "auto", "bf16", "bfloat16":
+		return kernels.KVBF16, nil
+	case "fp8", "fp8_e4m3":
+		return kernels.KVFP8, nil
+	case "float32":
+		return kernels.KVFloat32, nil
+	}
+	return 0, fmt.Errorf("engine: kv cache dtype %q: want auto, fp8 (fp8_e4m3) or float32", s)
 }
 
 // Config returns the configuration with its defaults filled in.

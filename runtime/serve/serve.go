@@ -197,29 +197,9 @@ func serverOptions(c Config, maxModelLen int) (server.Options, error) {
 	if gen == "" {
 		gen = "auto"
 	}
-	mode := gen
-	if gen != "auto" && gen != "vllm" {
-		mode = "vllm" // a directory: read below
-	}
-	opts, err := server.OptionsFromModelDir(c.Model, c.Tokenizer, mode)
+	opts, err := server.OptionsFromModelDir(c.Model, c.Tokenizer, gen)
 	if err != nil {
-		return opts, err
-	}
-	if mode != gen {
-		if fi, err := os.Stat(gen); err != nil || !fi.IsDir() {
-			return opts, fmt.Errorf("serve: --generation-config %q: want auto, vllm or a directory holding generation_config.json", gen)
-		}
-		gc, err := runtime.ReadGenerationConfig(gen)
-		if err != nil {
-			return opts, err
-		}
-		samp := gc.Sampling
-		opts.DefaultSampling = &samp
-		for _, id := range gc.StopIDs {
-			if !containsInt(opts.EOSIDs, id) {
-				opts.EOSIDs = append(opts.EOSIDs, id)
-			}
-		}
+		return opts, fmt.Errorf("serve: %w", err)
 	}
 	opts.MaxModelLen = maxModelLen
 	if len(c.ServedModelNames) > 0 {
@@ -228,15 +208,6 @@ func serverOptions(c Config, maxModelLen int) (server.Options, error) {
 	opts.MaxLogprobs = c.MaxLogprobs
 	opts.Version = c.Version
 	return opts, nil
-}
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // engineConfig sizes the engine: its limits from the flags (with defaults
@@ -262,9 +233,9 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 			e.MaxNumBatchedTokens = 512
 		}
 	}
-	dt, err := kvDType(c.KVCacheDType)
+	dt, err := engine.ParseKVCacheDType(c.KVCacheDType)
 	if err != nil {
-		return e, err
+		return e, fmt.Errorf("serve: --kv-cache-dtype: %w", err)
 	}
 	blockBytes := m.KVBlockBytes(e.BlockSize, dt)
 	// Enough for MaxNumSeqs full-length sequences is all the scheduler can
@@ -321,16 +292,4 @@ func memAvailable() int64 {
 		}
 	}
 	return 8 << 30
-}
-
-func kvDType(s string) (kernels.KVDType, error) {
-	switch s {
-	case "", "auto", "bf16", "bfloat16":
-		return kernels.KVBF16, nil
-	case "fp8", "fp8_e4m3":
-		return kernels.KVFP8, nil
-	case "float32":
-		return kernels.KVFloat32, nil
-	}
-	return 0, fmt.Errorf("serve: --kv-cache-dtype %q: want auto, fp8 or fp8_e4m3", s)
 }

@@ -52,6 +52,14 @@ func TestRealEngine(t *testing.T) {
 	if !slices.Equal(opts.EOSIDs, []int{151645, 151643}) || opts.ChatTemplate == "" || opts.VocabSize != 151936 {
 		t.Errorf("options: EOS %v, vocab %d, template %d bytes", opts.EOSIDs, opts.VocabSize, len(opts.ChatTemplate))
 	}
+	// --generation-config DIR (LowBArena passes the source model's) reads
+	// the same file from there; "vllm" ignores it.
+	if o, err := OptionsFromModelDir(dir, "", dir); err != nil || o.DefaultSampling == nil || *o.DefaultSampling != *opts.DefaultSampling {
+		t.Errorf("generation config from a directory: %+v, %v", o.DefaultSampling, err)
+	}
+	if o, err := OptionsFromModelDir(dir, "", "vllm"); err != nil || o.DefaultSampling != nil {
+		t.Errorf("generation config vllm: %+v, %v", o.DefaultSampling, err)
+	}
 	opts.Engine = eng
 	opts.MaxModelLen = eng.Config().MaxModelLen
 	opts.ServedModelNames = []string{"tiny"}

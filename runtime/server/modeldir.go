@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/lowbit-ai/lowbit/checkpoint"
@@ -14,8 +15,10 @@ import (
 // template, config.json's vocab_size and max_position_embeddings (as
 // MaxModelLen, which the caller lowers to the engine's), and the EOS ids.
 // generationConfig is vLLM's --generation-config: "auto" takes default
-// sampling and extra EOS ids from generation_config.json; "vllm" ignores
-// the file (vLLM's defaults, and only the tokenizer's EOS). The Engine is
+// sampling and extra EOS ids from dir's generation_config.json; a directory
+// takes them from the generation_config.json there (LowBArena passes the
+// source model's); "vllm" ignores the file (vLLM's defaults, and only the
+// tokenizer's EOS). The Engine is
 // left for the caller; ServedModelNames is dir, as vLLM names a model by
 // the path it was given.
 func OptionsFromModelDir(dir, tokenizerDir, generationConfig string) (Options, error) {
@@ -23,8 +26,16 @@ func OptionsFromModelDir(dir, tokenizerDir, generationConfig string) (Options, e
 		tokenizerDir = dir
 	}
 	var o Options
-	if generationConfig != "auto" && generationConfig != "vllm" {
-		return o, fmt.Errorf("server: generation config %q: want \"auto\" or \"vllm\"", generationConfig)
+	genDir := ""
+	switch generationConfig {
+	case "auto":
+		genDir = dir
+	case "vllm":
+	default:
+		if fi, err := os.Stat(generationConfig); err != nil || !fi.IsDir() {
+			return o, fmt.Errorf("server: --generation-config %q: want \"auto\", \"vllm\" or a directory holding generation_config.json", generationConfig)
+		}
+		genDir = generationConfig
 	}
 	tok, err := tokenizer.LoadDir(tokenizerDir)
 	if err != nil {
@@ -47,8 +58,8 @@ func OptionsFromModelDir(dir, tokenizerDir, generationConfig string) (Options, e
 	if id, ok := tok.EOSID(); ok {
 		o.EOSIDs = []int{id}
 	}
-	if generationConfig == "auto" {
-		gc, err := runtime.ReadGenerationConfig(dir)
+	if genDir != "" {
+		gc, err := runtime.ReadGenerationConfig(genDir)
 		if err != nil {
 			return o, err
 		}
