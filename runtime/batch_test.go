@@ -23,8 +23,6 @@ func TestForwardBatchInvariance(t *testing.T) {
 			seqs[i] = append(seqs[i], rng.IntN(small128.vocab))
 		}
 	}
-	// Chunk boundaries per step for each sequence (cumulative ends).
-	steps := [][]int{{5, 7, 3}, {6, 7, 4}, {12, 7, 19}, {12, 7, 20}}
 	const bs = 4
 	for _, b := range backends {
 		for _, dt := range []kernels.KVDType{kernels.KVFloat32, kernels.KVBF16, kernels.KVFP8} {
@@ -49,42 +47,11 @@ func TestForwardBatchInvariance(t *testing.T) {
 						t.Errorf("ForwardBatch with a float32 pool differs from Forward on a Sequence")
 					}
 				}
-				pool, err := m.NewKVPool(20, bs, dt)
+				pool, err := m.NewKVPool(32, bs, dt)
 				if err != nil {
 					t.Fatal(err)
 				}
-				perm := rng.Perm(20)
-				tables := [][]int32{}
-				for i, n := range lens {
-					var tb []int32
-					for j := range (n + bs - 1) / bs {
-						tb = append(tb, int32(perm[6*i+j]))
-					}
-					tables = append(tables, tb)
-				}
-				together := make([][]float32, len(seqs))
-				done := make([]int, len(seqs))
-				for _, ends := range steps {
-					var batch []BatchEntry
-					var who []int
-					for i, end := range ends {
-						if end > done[i] {
-							batch = append(batch, BatchEntry{Blocks: tables[i], Start: done[i], Tokens: seqs[i][done[i]:end], Logits: end - done[i]})
-							who = append(who, i)
-						}
-					}
-					logits, err := m.ForwardBatch(pool, batch, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					r := 0
-					for k, i := range who {
-						n := batch[k].Logits
-						together[i] = append(together[i], logits[r*V:(r+n)*V]...)
-						r += n
-						done[i] = ends[i]
-					}
-				}
+				together := executorCase(t, pool, seqs, V)
 				for i := range seqs {
 					if !sameBits(together[i], alone[i]) {
 						t.Errorf("sequence %d: logits in a batch differ from alone (max |Δ| %.3g)", i, maxDiff(together[i], alone[i]))
@@ -105,4 +72,46 @@ func sameBits(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// executorCase runs three sequences chunked and interleaved over an
+// executor and returns each one's logits rows for all its tokens.
+func executorCase(t *testing.T, exec Executor, seqs [][]int, V int) [][]float32 {
+	t.Helper()
+	bs := exec.BlockSize()
+	steps := [][]int{{5, 7, 3}, {6, 7, 4}, {12, 7, 19}, {12, 7, 20}}
+	perm := rand.New(rand.NewPCG(8, 8)).Perm(exec.Blocks())
+	var tables [][]int32
+	for i, s := range seqs {
+		var tb []int32
+		for j := range (len(s) + bs - 1) / bs {
+			tb = append(tb, int32(perm[8*i+j]))
+		}
+		tables = append(tables, tb)
+	}
+	out := make([][]float32, len(seqs))
+	done := make([]int, len(seqs))
+	for _, ends := range steps {
+		var batch []BatchEntry
+		var who []int
+		for i, end := range ends {
+			end = min(end, len(seqs[i]))
+			if end > done[i] {
+				batch = append(batch, BatchEntry{Blocks: tables[i], Start: done[i], Tokens: seqs[i][done[i]:end], Logits: end - done[i]})
+				who = append(who, i)
+			}
+		}
+		logits, err := exec.Forward(batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := 0
+		for k, i := range who {
+			n := batch[k].Logits
+			out[i] = append(out[i], logits[r*V:(r+n)*V]...)
+			r += n
+			done[i] += n
+		}
+	}
+	return out
 }

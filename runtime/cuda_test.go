@@ -48,48 +48,6 @@ func init() {
 	backends = append(backends, backend{name: "cuda", ops: func(t testing.TB) kernels.Ops { return cuda.NewOps(cudaDevice(t)) }})
 }
 
-// executorCase runs three sequences chunked and interleaved over an
-// executor and returns each one's logits rows for all its tokens.
-func executorCase(t *testing.T, exec Executor, seqs [][]int, V int) [][]float32 {
-	t.Helper()
-	bs := exec.BlockSize()
-	steps := [][]int{{5, 7, 3}, {6, 7, 4}, {12, 7, 19}, {12, 7, 20}}
-	perm := rand.New(rand.NewPCG(8, 8)).Perm(exec.Blocks())
-	var tables [][]int32
-	for i, s := range seqs {
-		var tb []int32
-		for j := range (len(s) + bs - 1) / bs {
-			tb = append(tb, int32(perm[8*i+j]))
-		}
-		tables = append(tables, tb)
-	}
-	out := make([][]float32, len(seqs))
-	done := make([]int, len(seqs))
-	for _, ends := range steps {
-		var batch []BatchEntry
-		var who []int
-		for i, end := range ends {
-			end = min(end, len(seqs[i]))
-			if end > done[i] {
-				batch = append(batch, BatchEntry{Blocks: tables[i], Start: done[i], Tokens: seqs[i][done[i]:end], Logits: end - done[i]})
-				who = append(who, i)
-			}
-		}
-		logits, err := exec.Forward(batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := 0
-		for k, i := range who {
-			n := batch[k].Logits
-			out[i] = append(out[i], logits[r*V:(r+n)*V]...)
-			r += n
-			done[i] += n
-		}
-	}
-	return out
-}
-
 // TestCUDAExecutor: the device-resident forward gives the CPU's logits
 // within float32 summation-order differences (float32 KV cache), and is
 // batch invariant bit for bit on the GPU (every dtype).
