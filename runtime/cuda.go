@@ -110,9 +110,9 @@ func (e *CUDAExecutor) upload() error {
 	if e.norm, err = e.floats(m.norm); err != nil {
 		return err
 	}
-	if m.lmHead.Format == kernels.WeightBF16 && unsafe.SliceData(m.lmHead.Data) == unsafe.SliceData(m.embed) {
-		e.lmHead = &cuda.Weight{Format: kernels.WeightBF16, Out: d.vocab, In: d.hidden, Data: e.embed, Act: kernels.ActNone}
-	} else if e.lmHead, err = e.weight(&m.lmHead); err != nil {
+	// A tied lm_head gets its own copy: the matmul reads BF16 weights in
+	// mma tiles, the embedding gather reads rows.
+	if e.lmHead, err = e.weight(&m.lmHead); err != nil {
 		return err
 	}
 	poolBytes := e.blocks * e.blockSize * d.kvHeads * d.headDim * e.dtype.Size()

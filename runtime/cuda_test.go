@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -145,26 +146,38 @@ func BenchmarkCUDADecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	const bs, prompt = 16, 256
-	gpu, err := NewCUDAExecutor(m, d, 64, bs, kernels.KVBF16)
+	const bs, prompt, long = 16, 256, 1024
+	gpu, err := NewCUDAExecutor(m, d, long/bs, bs, kernels.KVBF16)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer gpu.Close()
-	blocks := make([]int32, 64)
+	blocks := make([]int32, long/bs)
 	for i := range blocks {
 		blocks[i] = int32(i)
 	}
-	toks := make([]int, prompt)
+	toks := make([]int, long)
 	for i := range toks {
 		toks[i] = (i*7919 + 13) % 151669
 	}
-	t0 := time.Now()
-	logits, err := gpu.Forward([]BatchEntry{{Blocks: blocks, Tokens: toks, Logits: 1}})
+	// Time to first token of a 1,024-token prompt: the median of 3 after a
+	// warm-up, one forward returning the last position's logits.
+	var ttfts []time.Duration
+	for i := range 4 {
+		t0 := time.Now()
+		if _, err := gpu.Forward([]BatchEntry{{Blocks: blocks, Tokens: toks, Logits: 1}}); err != nil {
+			b.Fatal(err)
+		}
+		if i > 0 {
+			ttfts = append(ttfts, time.Since(t0))
+		}
+	}
+	slices.Sort(ttfts)
+	ttft := ttfts[1]
+	logits, err := gpu.Forward([]BatchEntry{{Blocks: blocks, Tokens: toks[:prompt], Logits: 1}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	prefill := time.Since(t0)
 	tok := argmax(logits)
 	pos := prompt
 	step := func() {
@@ -182,7 +195,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 		step()
 	}
 	b.ResetTimer()
-	t0 = time.Now()
+	t0 := time.Now()
 	for range b.N {
 		step()
 	}
@@ -193,7 +206,16 @@ func BenchmarkCUDADecode(b *testing.B) {
 	b.ReportMetric(bw/perToken, "roofline-tok/s")
 	b.ReportMetric(float64(b.N)/el.Seconds()/(bw/perToken), "of-roofline")
 	b.ReportMetric(bw/1e9, "copy-GB/s")
-	b.ReportMetric(float64(prompt)/prefill.Seconds(), "prefill-tok/s")
+	b.ReportMetric(float64(ttft.Microseconds())/1e3, "ttft-1024-ms")
+	b.ReportMetric(long/ttft.Seconds(), "prefill-tok/s")
+	// 2 FLOPs a layer weight a token, the lm_head for the last token, and
+	// causal attention's QKᵀ and PV (2·2·H·Dh a position pair, half of them).
+	sh := m.Shape()
+	qd, kvd := sh.Heads*sh.HeadDim, sh.KVHeads*sh.HeadDim
+	perLayer := float64(sh.Hidden*(2*qd+2*kvd) + 3*sh.Hidden*sh.Intermediate)
+	flops := 2*perLayer*float64(sh.Layers)*long + 2*float64(sh.Vocab*sh.Hidden) +
+		2*float64(sh.Layers*qd)*long*(long+1)
+	b.ReportMetric(flops/ttft.Seconds()/1e12, "prefill-TFLOP/s")
 }
 
 // benchModel returns a synthetic BF16 Qwen3 checkpoint of the given size,

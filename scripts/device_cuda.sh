@@ -27,8 +27,10 @@ grep -E "^(=== RUN|--- FAIL|--- PASS|--- SKIP|FAIL|PASS|ok)" "$out/cuda_test.log
 grep -E "compiled in|cuda_test.go" "$out/cuda_test.log" | head -5
 [ $rc -eq 0 ] || { echo "FAILED: kernels/cuda tests (rc $rc)"; status=1; }
 
-echo "== single kernels of a Qwen3-8B decode step (graph replays)"
-(cd kernels/cuda && ../../.device/bin/kernels_cuda.test -test.run XXX -test.bench Kernels -test.benchtime 20x 2>&1) | tee "$out/bench_kernels.txt" | grep Benchmark
+echo "== single kernels of a Qwen3-8B decode step and prefill GEMMs (graph replays), PyTorch's matmul on the same shapes"
+timeout 120 python3 scripts/torch_gemm.py --tokens 1024 >"$out/torch_gemm.json" 2>"$out/torch_gemm.err" || tail -3 "$out/torch_gemm.err"
+cat "$out/torch_gemm.json"
+(cd kernels/cuda && LOWBIT_TORCH_GEMM="$out/torch_gemm.json" ../../.device/bin/kernels_cuda.test -test.run XXX -test.bench Kernels -test.benchtime 20x 2>&1) | tee "$out/bench_kernels.txt" | grep Benchmark
 
 echo "== runtime tests (the cuda backend: golden logits, batch invariance, quantized numerics; the device-resident executor)"
 (cd runtime && ../.device/bin/runtime.test -test.count=1 -test.v 2>&1) >"$out/runtime_test.log"

@@ -3,8 +3,10 @@
 package cuda
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 	"unsafe"
@@ -40,7 +42,7 @@ func BenchmarkKernels(b *testing.B) {
 		return out
 	}
 	const reps = 20
-	timeGraph := func(b *testing.B, f func(k *K) error, bytes float64) {
+	timeGraph := func(b *testing.B, f func(k *K) error, bytes float64) float64 {
 		if err := d.Run(f); err != nil { // eager once: sizes buffers, checks errors
 			b.Fatal(err)
 		}
@@ -69,6 +71,7 @@ func BenchmarkKernels(b *testing.B) {
 			b.ReportMetric(bytes/per/1e9, "GB/s")
 			b.ReportMetric(bytes/per/bw, "of-copy-bw")
 		}
+		return per
 	}
 	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {151936, 4096}} {
 		b.Run(fmt.Sprintf("gemv-bf16/%dx%d", sh.out, sh.in), func(b *testing.B) {
@@ -88,6 +91,37 @@ func BenchmarkKernels(b *testing.B) {
 			}
 			d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
 			timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
+		})
+	}
+	// Prefill GEMMs on the tensor cores (T tokens at once), beside PyTorch's
+	// matmul on the same shapes in the same device call when
+	// LOWBIT_TORCH_GEMM names scripts/torch_gemm.py's output.
+	torch := readTorchGEMM(b)
+	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {4096, 12288}} {
+		const T = 1024
+		b.Run(fmt.Sprintf("gemm-bf16/T=%d/%dx%d", T, sh.out, sh.in), func(b *testing.B) {
+			w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
+			dw, err := d.UploadWeight(w)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Free(dw.Data)
+			x, _ := d.Alloc(4 * T * sh.in)
+			y, _ := d.Alloc(4 * T * sh.out)
+			defer d.Free(x)
+			defer d.Free(y)
+			xs := make([]float32, T*sh.in)
+			for i := range xs {
+				xs[i] = float32(rng.NormFloat64())
+			}
+			d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+			per := timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, 0)
+			tf := 2 * float64(T*sh.out*sh.in) / per / 1e12
+			b.ReportMetric(tf, "TFLOP/s")
+			if t, ok := torch.Shapes[fmt.Sprintf("%dx%d", sh.out, sh.in)]; ok && torch.T == T {
+				b.ReportMetric(tf/t.BF16, "of-torch-bf16")
+				b.ReportMetric(tf/t.FP32, "of-torch-fp32")
+			}
 		})
 	}
 	for _, ctx := range []int{1024, 8192} {
@@ -128,4 +162,29 @@ func BenchmarkKernels(b *testing.B) {
 			timeGraph(b, func(k *K) error { return k.AttentionBatch(out, q, p, bt, 1, H, 0.088) }, float64(2*pool))
 		})
 	}
+}
+
+// torchGEMM is scripts/torch_gemm.py's output.
+type torchGEMM struct {
+	T      int `json:"T"`
+	Shapes map[string]struct {
+		BF16 float64 `json:"bf16_tflops"`
+		FP32 float64 `json:"fp32_tflops"`
+	} `json:"shapes"`
+}
+
+func readTorchGEMM(b *testing.B) torchGEMM {
+	var t torchGEMM
+	path := os.Getenv("LOWBIT_TORCH_GEMM")
+	if path == "" {
+		return t
+	}
+	data, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(data, &t)
+	}
+	if err != nil {
+		b.Logf("LOWBIT_TORCH_GEMM: %v (no torch ratios)", err)
+	}
+	return t
 }

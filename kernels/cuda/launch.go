@@ -35,6 +35,8 @@ func (b Buf) Slice(from, to int) Buf {
 func (b Buf) F32(from, to int) Buf { return b.Slice(4*from, 4*to) }
 
 // Weight is a kernels.Weight whose data and scales live on the device.
+// Tiled means Data holds a BF16 weight in mma tiles (matmul_mma.cu,
+// TileWeight), the layout the tensor-core kernels read.
 type Weight struct {
 	Format      kernels.WeightFormat
 	Out, In     int
@@ -43,6 +45,40 @@ type Weight struct {
 	GlobalScale float32
 	Act         kernels.ActQuant
 	InputScale  float32
+	Tiled       bool
+}
+
+// Tensor-core matmul constants of matmul_mma.cu.
+const (
+	mmaSpan       = 16 // MMA_SPAN: chunks of 16 columns a span
+	mmaRowPad     = 64 // MMA_ROW_PAD
+	mmaTokPad     = 64 // MMA_TOK_PAD
+	mmaGemvGroups = 4  // MMA_GEMV_GROUPS
+	// mmaGemvTokens is the most tokens lb_mma_gemv takes; more go to
+	// lb_mma_gemm. Both give the same bits, so the cutoff is a matter of
+	// speed only.
+	mmaGemvTokens = 32
+)
+
+// usesMMA reports whether a weight runs on the tensor-core kernels: BF16
+// weights with float32 activations.
+func usesMMA(format kernels.WeightFormat, act kernels.ActQuant) bool {
+	return format == kernels.WeightBF16 && act == kernels.ActNone
+}
+
+// TiledBytes returns the size of a [out, in] BF16 weight in mma tiles.
+func TiledBytes(out, in int) int {
+	return (out + mmaRowPad - 1) / mmaRowPad * mmaRowPad * (in + 15) / 16 * 16 * 2
+}
+
+// TileWeight writes the [out, in] BF16 weight raw (row-major) into dst in
+// mma tiles (TiledBytes(out, in) bytes).
+func (k *K) TileWeight(dst, raw Buf, out, in int) error {
+	if dst.bytes < TiledBytes(out, in) || raw.bytes < 2*out*in {
+		return fmt.Errorf("cuda: TileWeight of %dx%d into %d bytes from %d", out, in, dst.bytes, raw.bytes)
+	}
+	n := TiledBytes(out, in) / 16
+	return k.d.launch("lb_mma_tile", grid1(n, 256), [3]int{256, 1, 1}, 0, ptrArg(dst.ptr), ptrArg(raw.ptr), intArg(out), intArg(in))
 }
 
 // K launches kernels on one Device inside Device.Run: the context is
@@ -135,6 +171,25 @@ func (d *Device) UploadWeight(w *kernels.Weight) (*Weight, error) {
 	}
 	dw := &Weight{Format: w.Format, Out: w.Out, In: w.In, GlobalScale: w.GlobalScale, Act: w.Act, InputScale: w.InputScale}
 	var err error
+	if usesMMA(w.Format, w.Act) {
+		raw, err := d.Alloc(len(w.Data))
+		if err != nil {
+			return nil, err
+		}
+		defer d.Free(raw)
+		if err = d.Upload(raw, w.Data); err != nil {
+			return nil, err
+		}
+		if dw.Data, err = d.Alloc(TiledBytes(w.Out, w.In)); err != nil {
+			return nil, err
+		}
+		dw.Tiled = true
+		if err = d.Run(func(k *K) error { return k.TileWeight(dw.Data, raw, w.Out, w.In) }); err != nil {
+			d.Free(dw.Data)
+			return nil, err
+		}
+		return dw, nil
+	}
 	if dw.Data, err = d.Alloc(len(w.Data)); err != nil {
 		return nil, err
 	}
@@ -165,9 +220,12 @@ var actIDs = map[kernels.ActQuant]int{kernels.ActNone: 0, kernels.ActFP8Token: 1
 	kernels.ActFP8Group128: 3, kernels.ActNVFP4: 4}
 
 // MatMul: y [T, w.Out] = x [T, w.In] · wᵀ with the weight's numerics
-// (act_quant.cu, matmul.cu).
+// (act_quant.cu, matmul.cu; tiled BF16 weights: matmul_mma.cu).
 func (k *K) MatMul(y, x Buf, T int, w *Weight) error {
 	d := k.d
+	if w.Tiled {
+		return k.matmulMMA(y, x, T, w)
+	}
 	act := actIDs[w.Act]
 	xe, xs := x, Buf{}
 	if act != 0 {
@@ -186,16 +244,50 @@ func (k *K) MatMul(y, x Buf, T int, w *Weight) error {
 		}
 	}
 	const warps = 8
-	if w.Format == kernels.WeightBF16 && act == 0 && w.In%8 == 0 {
-		// x rows must be 16-byte aligned too: Buf offsets of whole rows of
-		// a multiple of 8 floats are, as allocations are 256-byte aligned.
-		const tt = 4 // MM_TT in matmul_bf16.cu
-		return d.launch("lb_matmul_bf16", [3]int{(w.Out + warps - 1) / warps, (T + tt - 1) / tt, 1}, [3]int{32 * warps, 1, 1}, 0,
-			ptrArg(y.ptr), ptrArg(x.ptr), ptrArg(w.Data.ptr), intArg(T), intArg(w.Out), intArg(w.In))
-	}
 	return d.launch("lb_matmul", [3]int{(w.Out + warps - 1) / warps, T, 1}, [3]int{32 * warps, 1, 1}, 0,
 		ptrArg(y.ptr), ptrArg(xe.ptr), ptrArg(xs.ptr), ptrArg(w.Data.ptr), ptrArg(w.Scales.ptr), f32Arg(w.GlobalScale),
 		intArg(T), intArg(w.Out), intArg(w.In), intArg(weightFormatIDs[w.Format]), intArg(act))
+}
+
+// matmulMMA runs a tiled BF16 weight on the tensor cores: lb_mma_gemv for
+// up to mmaGemvTokens tokens, else lb_mma_split and lb_mma_gemm.
+func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
+	d := k.d
+	if T == 0 {
+		return nil
+	}
+	nc := (w.In + 15) / 16
+	spans := (nc + mmaSpan - 1) / mmaSpan
+	if T <= mmaGemvTokens {
+		nm := (w.Out + 15) / 16
+		ny := ((T+7)/8 + mmaGemvGroups - 1) / mmaGemvGroups
+		var part, count Buf
+		if spans > 1 {
+			var err error
+			if part, err = d.persistent("mma_partials", 4*spans*T*w.Out); err != nil {
+				return err
+			}
+			if count, err = d.persistentZero("mma_counts", 4*ny*nm); err != nil {
+				return err
+			}
+		}
+		const warps = 4
+		return d.launch("lb_mma_gemv", [3]int{(nm*spans + warps - 1) / warps, ny, 1}, [3]int{32 * warps, 1, 1}, 0,
+			ptrArg(y.ptr), ptrArg(part.ptr), ptrArg(count.ptr), ptrArg(w.Data.ptr), ptrArg(x.ptr),
+			intArg(T), intArg(w.Out), intArg(w.In), intArg(spans))
+	}
+	tb := (T + mmaTokPad - 1) / mmaTokPad
+	groups := tb * mmaTokPad / 8
+	xs, err := d.persistent("mma_terms", groups*nc*3*32*8)
+	if err != nil {
+		return err
+	}
+	if err := d.launch("lb_mma_split", grid1(groups*nc*32, 256), [3]int{256, 1, 1}, 0,
+		ptrArg(xs.ptr), ptrArg(x.ptr), intArg(T), intArg(w.In)); err != nil {
+		return err
+	}
+	return d.launch("lb_mma_gemm", [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{128, 1, 1}, 0,
+		ptrArg(y.ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(w.In))
 }
 
 // RMSNorm: y [T, D] = x / rms(x) · (w or 1 + w) (rmsnorm.cu).

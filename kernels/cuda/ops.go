@@ -75,6 +75,16 @@ func (o *Ops) MatMul(y, x []float32, T int, w *kernels.Weight) {
 		if dw.Data, err = k.Upload(w.Data); err != nil {
 			return err
 		}
+		if usesMMA(w.Format, w.Act) {
+			raw := dw.Data
+			if dw.Data, err = k.Scratch(TiledBytes(w.Out, w.In)); err != nil {
+				return err
+			}
+			if err := k.TileWeight(dw.Data, raw, w.Out, w.In); err != nil {
+				return err
+			}
+			dw.Tiled = true
+		}
 		if dw.Scales, err = k.Upload(asBytes(w.Scales, len(w.Scales))); err != nil {
 			return err
 		}

@@ -117,6 +117,11 @@ func matmulCases() []testCase {
 		add(matmulCase{f: f, act: actQuants[(i+1)%len(actQuants)], T: 2, out: 1040, in: 1024})
 	}
 	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 65, out: 16, in: 1040})
+	// Several column spans and token groups with rows off every tile size
+	// (the CUDA tensor-core kernels' spans of 256 columns, groups of 8
+	// tokens, tiles of 16 and 64 rows).
+	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 17, out: 200, in: 1040})
+	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 97, out: 72, in: 528})
 	add(matmulCase{f: kernels.WeightNVFP4, act: kernels.ActNVFP4, T: 33, out: 1040, in: 64})
 	add(matmulCase{f: kernels.WeightFP8Block, act: kernels.ActFP8Group128, T: 17, out: 272, in: 1152})
 

@@ -1,0 +1,267 @@
+// matmul_mma.cu: y[t,o] = Σ_i x[t,i]·w[o,i] for BF16 weights and float32
+// activations (ActNone) on the tensor cores: mma.sync m16n8k16, BF16 in,
+// float32 accumulate. The float32 activations stay float32 in effect: each x
+// is split into three BF16 terms, x = hi + mid + lo with |x − hi − mid − lo|
+// ≤ 2^-24·|x| (each term the round-to-nearest BF16 of the remainder, every
+// remainder exact in float32), and each weight tile meets all three, so the
+// products are those of float32 activations (kernels.Ops' contract); the
+// sums round as the tensor cores' float32 accumulation does.
+//
+// Layouts:
+//   - weights in "mma tiles" (lb_mma_tile writes them): w [out, in] BF16 as
+//     tiles of 16 rows × 16 columns, tile (m, c) at elements ((m·nc) + c)·256
+//     with nc = ceil(in / 16); rows padded with zeros to a multiple of
+//     MMA_ROW_PAD, columns to 16. Inside a tile, lane l = 4g + q holds its A
+//     fragment, elements (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1),
+//     (g, 2q+8), (g, 2q+9), (g+8, 2q+8), (g+8, 2q+9): one 16-byte load a
+//     lane, 512 contiguous bytes a warp.
+//   - activations in "mma terms" (lb_mma_split, for lb_mma_gemm): for each
+//     group n of 8 tokens, column chunk c and term (hi, mid, lo), 32 lanes
+//     × 2 words: lane 4g + q holds token 8n + g's columns (16c + 2q, +1) and
+//     (16c + 2q + 8, +9) as BF16 pairs, the lower column in the low half.
+//     Groups padded with zero tokens to a multiple of MMA_TOK_PAD tokens.
+//     lb_mma_gemv builds the same words in registers from x [T, in].
+//   - x [T, in] and y [T, out] float32, row-major.
+//
+// Reduction order, which makes results batch invariant: the columns form
+// spans of MMA_SPAN chunks of 16; within a span, chunk by chunk in order,
+// the hi, mid and lo products accumulate in that order into a float32
+// fragment that starts at 0; the spans' sums are then added in order to 0.
+// lb_mma_gemv (up to MMA_GEMV_TOKENS tokens: one warp a (row tile, span),
+// the spans added by the last warp of a row tile to finish) and
+// lb_mma_gemm (more tokens: one warp a 32-row × 32-token tile over every
+// span, the spans added in registers) both follow it, so y[t, o] depends
+// only on x[t], w[o] and in: not on T, the batch, or which kernel ran.
+#define MMA_SPAN 16
+#define MMA_ROW_PAD 64
+#define MMA_TOK_PAD 64
+#define MMA_GEMV_GROUPS 4 // token groups of 8 one gemv warp carries
+
+// mma_bf16 accumulates a 16×8 float32 fragment d += A·B for one A fragment
+// and one B fragment (2 words).
+__device__ __forceinline__ void mma_bf16(float *d, uint4 a, u32 b0, u32 b1) {
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ bool mma_finite(float v) { return (__float_as_uint(v) & 0x7F800000u) != 0x7F800000u; }
+
+// mma_terms splits the pair (a, b) into three BF16 pairs hi, mid, lo
+// (a in the low halves). A remainder that is not finite (x infinite or
+// NaN, which hi already carries) continues as 0.
+__device__ __forceinline__ void mma_terms(float a, float b, u32 *t0, u32 *t1, u32 *t2) {
+	u32 *t[3] = {t0, t1, t2};
+#pragma unroll
+	for (int j = 0; j < 3; j++) {
+		u16 ha = f32_to_bf16(a), hb = f32_to_bf16(b);
+		*t[j] = (u32)ha | ((u32)hb << 16);
+		a -= bf16_to_f32(ha);
+		b -= bf16_to_f32(hb);
+		a = mma_finite(a) ? a : 0.0f;
+		b = mma_finite(b) ? b : 0.0f;
+	}
+}
+
+// mma_load_x returns x[t, col] or 0 outside [T, in].
+__device__ __forceinline__ float mma_load_x(const float *x, int T, int in, int t, int col) {
+	return (t < T && col < in) ? x[(i64)t * in + col] : 0.0f;
+}
+
+// lb_mma_tile rearranges w [out, in] BF16 into mma tiles (dst holds
+// ceil(out / MMA_ROW_PAD)·MMA_ROW_PAD/16 · nc tiles): one thread a (tile, lane).
+extern "C" __global__ void lb_mma_tile(uint4 *dst, const u16 *w, int out, int in) {
+	int nc = (in + 15) / 16, rows = (out + MMA_ROW_PAD - 1) / MMA_ROW_PAD * MMA_ROW_PAD;
+	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+	if (id >= (i64)(rows / 16) * nc * 32) return;
+	int lane = (int)(id & 31);
+	i64 tile = id >> 5;
+	int m = (int)(tile / nc), c = (int)(tile % nc), g = lane >> 2, q = lane & 3;
+	u32 v[8];
+#pragma unroll
+	for (int j = 0; j < 8; j++) {
+		int r = 16 * m + g + ((j >> 1) & 1) * 8, col = 16 * c + 2 * q + (j & 1) + (j >> 2) * 8;
+		v[j] = (r < out && col < in) ? w[(i64)r * in + col] : 0u;
+	}
+	uint4 p;
+	p.x = v[0] | v[1] << 16;
+	p.y = v[2] | v[3] << 16;
+	p.z = v[4] | v[5] << 16;
+	p.w = v[6] | v[7] << 16;
+	dst[id] = p;
+}
+
+// lb_mma_split writes x [T, in] as mma terms for ceil(T / MMA_TOK_PAD)·8
+// token groups: one thread a (group, chunk, lane).
+extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in) {
+	int nc = (in + 15) / 16, groups = (T + MMA_TOK_PAD - 1) / MMA_TOK_PAD * (MMA_TOK_PAD / 8);
+	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+	if (id >= (i64)groups * nc * 32) return;
+	int lane = (int)(id & 31);
+	i64 rest = id >> 5;
+	int c = (int)(rest % nc), n = (int)(rest / nc), g = lane >> 2, q = lane & 3;
+	int t = 8 * n + g, col = 16 * c + 2 * q;
+	u32 b0[3], b1[3]; // columns 2q, 2q+1 and 2q+8, 2q+9 of each term
+	mma_terms(mma_load_x(x, T, in, t, col), mma_load_x(x, T, in, t, col + 1), &b0[0], &b0[1], &b0[2]);
+	mma_terms(mma_load_x(x, T, in, t, col + 8), mma_load_x(x, T, in, t, col + 9), &b1[0], &b1[1], &b1[2]);
+	uint2 *p = xs + ((rest * 3) << 5) + lane; // (group, chunk) then term then lane
+#pragma unroll
+	for (int j = 0; j < 3; j++) {
+		uint2 v;
+		v.x = b0[j];
+		v.y = b1[j];
+		p[j * 32] = v;
+	}
+}
+
+// lb_mma_gemv: up to MMA_GEMV_GROUPS·8 tokens a blockIdx.y; each warp one
+// (row tile m, span s), its 16 weight loads issued at once. With one span
+// the warp writes y; otherwise it writes its span's sums to part [span,
+// T, out], and the last warp of the row tile to finish (counted in
+// count[blockIdx.y·nm + m], left at 0 again) adds the spans in order.
+extern "C" __global__ void lb_mma_gemv(float *y, float *part, int *count, const uint4 *w,
+                                                              const float *x, int T, int out, int in, int spans) {
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+	int nc = (in + 15) / 16, nm = (out + 15) / 16;
+	int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (warp >= nm * spans) return;
+	int m = warp % nm, s = warp / nm, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+	int n0 = blockIdx.y * MMA_GEMV_GROUPS, ng = min(MMA_GEMV_GROUPS, (T + 7) / 8 - n0);
+	const uint4 *wp = w + ((i64)m * nc + c0) * 32 + lane;
+	uint4 a[MMA_SPAN];
+#pragma unroll
+	for (int i = 0; i < MMA_SPAN; i++)
+		if (i < nch) a[i] = __ldg(wp + i * 32);
+	float acc[MMA_GEMV_GROUPS][4];
+#pragma unroll
+	for (int n = 0; n < MMA_GEMV_GROUPS; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+	for (int i = 0; i < MMA_SPAN; i++) {
+		if (i < nch) {
+			int col = 16 * (c0 + i) + 2 * q;
+#pragma unroll
+			for (int n = 0; n < MMA_GEMV_GROUPS; n++) {
+				if (n < ng) {
+					int t = 8 * (n0 + n) + g;
+					u32 b0[3], b1[3];
+					mma_terms(mma_load_x(x, T, in, t, col), mma_load_x(x, T, in, t, col + 1), &b0[0], &b0[1], &b0[2]);
+					mma_terms(mma_load_x(x, T, in, t, col + 8), mma_load_x(x, T, in, t, col + 9), &b1[0], &b1[1], &b1[2]);
+#pragma unroll
+					for (int j = 0; j < 3; j++) mma_bf16(acc[n], a[i], b0[j], b1[j]);
+				}
+			}
+		}
+	}
+	// Fragment element e of group n: row 16m + g + 8·(e >> 1), token
+	// 8(n0 + n) + 2q + (e & 1).
+	if (spans == 1) {
+#pragma unroll
+		for (int n = 0; n < MMA_GEMV_GROUPS; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int r = 16 * m + g + 8 * (e >> 1), t = 8 * (n0 + n) + 2 * q + (e & 1);
+				if (n < ng && r < out && t < T) y[(i64)t * out + r] = 0.0f + acc[n][e];
+			}
+		return;
+	}
+	float *ps = part + (i64)s * T * out;
+#pragma unroll
+	for (int n = 0; n < MMA_GEMV_GROUPS; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int r = 16 * m + g + 8 * (e >> 1), t = 8 * (n0 + n) + 2 * q + (e & 1);
+			if (n < ng && r < out && t < T) ps[(i64)t * out + r] = acc[n][e];
+		}
+	__threadfence();
+	__syncwarp();
+	int done = 0;
+	if (lane == 0) done = atomicAdd(&count[blockIdx.y * nm + m], 1);
+	done = __shfl_sync(0xffffffffu, done, 0);
+	if (done != spans - 1) return;
+	__threadfence();
+#pragma unroll
+	for (int n = 0; n < MMA_GEMV_GROUPS; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int r = 16 * m + g + 8 * (e >> 1), t = 8 * (n0 + n) + 2 * q + (e & 1);
+			if (n < ng && r < out && t < T) {
+				float sum = 0.0f;
+				for (int k = 0; k < spans; k++) {
+					float v; // from L2: other warps wrote it
+					asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(part + ((i64)k * T + t) * out + r));
+					sum += v;
+				}
+				y[(i64)t * out + r] = sum;
+			}
+		}
+	if (lane == 0) count[blockIdx.y * nm + m] = 0;
+}
+
+// lb_mma_gemm: blocks of 4 warps on 64 rows × 64 tokens, each warp 2 row
+// tiles × 4 token groups over every chunk, the next chunk's fragments
+// loaded while this chunk's 24 mma run; xs is x in mma terms.
+extern "C" __global__ void lb_mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out,
+                                                              int in) {
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+	int nc = (in + 15) / 16;
+	int m0 = blockIdx.x * 4 + (wi & 1) * 2, n0 = blockIdx.y * 8 + (wi >> 1) * 4;
+	const uint4 *wp0 = w + (i64)m0 * nc * 32 + lane, *wp1 = wp0 + (i64)nc * 32;
+	const uint2 *xp = xs + (i64)n0 * nc * 96 + lane;
+	i64 group = (i64)nc * 96;
+	float acc[2][4][4], tot[2][4][4];
+#pragma unroll
+	for (int r = 0; r < 2; r++)
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) acc[r][n][e] = tot[r][n][e] = 0.0f;
+	uint4 na0 = __ldg(wp0), na1 = __ldg(wp1);
+	uint2 nb[4][3];
+#pragma unroll
+	for (int n = 0; n < 4; n++)
+#pragma unroll
+		for (int j = 0; j < 3; j++) nb[n][j] = __ldg(xp + n * group + j * 32);
+	for (int c = 0; c < nc; c++) {
+		uint4 a0 = na0, a1 = na1;
+		uint2 b[4][3];
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int j = 0; j < 3; j++) b[n][j] = nb[n][j];
+		if (c + 1 < nc) {
+			na0 = __ldg(wp0 + (c + 1) * 32);
+			na1 = __ldg(wp1 + (c + 1) * 32);
+#pragma unroll
+			for (int n = 0; n < 4; n++)
+#pragma unroll
+				for (int j = 0; j < 3; j++) nb[n][j] = __ldg(xp + n * group + (i64)(c + 1) * 96 + j * 32);
+		}
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int j = 0; j < 3; j++) {
+				mma_bf16(acc[0][n], a0, b[n][j].x, b[n][j].y);
+				mma_bf16(acc[1][n], a1, b[n][j].x, b[n][j].y);
+			}
+		if ((c + 1) % MMA_SPAN == 0 || c + 1 == nc) {
+#pragma unroll
+			for (int r = 0; r < 2; r++)
+#pragma unroll
+				for (int n = 0; n < 4; n++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						tot[r][n][e] += acc[r][n][e];
+						acc[r][n][e] = 0.0f;
+					}
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++)
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int row = 16 * (m0 + r) + g + 8 * (e >> 1), t = 8 * (n0 + n) + 2 * q + (e & 1);
+				if (row < out && t < T) y[(i64)t * out + row] = tot[r][n][e];
+			}
+}
