@@ -48,10 +48,10 @@ type cudaLayer struct {
 // description the kernels read (uploaded before each forward, at fixed
 // addresses so that a captured graph finds them).
 type cudaActs struct {
-	t, rows, tables                      int
-	x, h, q, k, v, att, gate, up, logits cuda.Buf
-	ids, pos, seq, rowsIdx, partOff      cuda.Buf
-	tablesBuf                            cuda.Buf
+	t, rows, tables                         int
+	x, h, n, q, k, v, att, gate, up, logits cuda.Buf
+	ids, pos, seq, rowsIdx, partOff         cuda.Buf
+	tablesBuf                               cuda.Buf
 }
 
 // NewCUDAExecutor uploads m's weights to d and allocates a KV pool of
@@ -195,7 +195,7 @@ func (e *CUDAExecutor) reserve(t, rows, tables int) error {
 	if t <= a.t && rows <= a.rows && tables <= a.tables {
 		return nil
 	}
-	for _, b := range []cuda.Buf{a.x, a.h, a.q, a.k, a.v, a.att, a.gate, a.up, a.logits, a.ids, a.pos, a.seq, a.rowsIdx, a.partOff, a.tablesBuf} {
+	for _, b := range []cuda.Buf{a.x, a.h, a.n, a.q, a.k, a.v, a.att, a.gate, a.up, a.logits, a.ids, a.pos, a.seq, a.rowsIdx, a.partOff, a.tablesBuf} {
 		e.free(b)
 	}
 	d := e.m.d
@@ -206,7 +206,7 @@ func (e *CUDAExecutor) reserve(t, rows, tables int) error {
 	for _, f := range []struct {
 		dst   *cuda.Buf
 		elems int
-	}{{&n.x, t * d.hidden}, {&n.h, t * d.hidden}, {&n.q, t * qd}, {&n.k, t * kvd}, {&n.v, t * kvd},
+	}{{&n.x, t * d.hidden}, {&n.h, t * d.hidden}, {&n.n, t * d.hidden}, {&n.q, t * qd}, {&n.k, t * kvd}, {&n.v, t * kvd},
 		{&n.att, t * qd}, {&n.gate, t * d.inter}, {&n.up, t * d.inter}, {&n.logits, rows * d.vocab},
 		{&n.ids, t}, {&n.pos, t}, {&n.seq, t}, {&n.rowsIdx, rows}, {&n.partOff, t}, {&n.tablesBuf, tables}} {
 		if *f.dst, err = e.alloc(4 * f.elems); err != nil {
@@ -325,45 +325,52 @@ func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride, parts int) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	scale := float32(1 / math.Sqrt(float64(d.headDim)))
-	x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
+	x, h, n := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden), a.n.F32(0, T*d.hidden)
 	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
 	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
 	bt := &cuda.Batch{Tables: a.tablesBuf, Seq: a.seq, Pos: a.pos, PartOff: a.partOff, Stride: stride, Parts: parts}
 	if err := k.Embed(x, e.embed, a.ids, T, d.hidden); err != nil {
 		return err
 	}
+	// n holds each norm's output, the next matmuls' input; the residual
+	// adds are fused into the norms that follow them.
+	if err := k.RMSNorm(n, x, e.layers[0].inputNorm, T, d.hidden, d.eps, false); err != nil {
+		return err
+	}
 	for i := range e.layers {
 		dl := &e.layers[i]
-		for _, f := range []func() error{
-			func() error { return k.RMSNorm(h, x, dl.inputNorm, T, d.hidden, d.eps, false) },
-			func() error { return k.MatMul(q, h, T, dl.q) },
-			func() error { return k.MatMul(kk, h, T, dl.k) },
-			func() error { return k.MatMul(v, h, T, dl.v) },
-			func() error {
-				if !d.qkNorm {
-					return nil
-				}
-				if err := k.RMSNorm(q, q, dl.qNorm, T*d.heads, d.headDim, d.eps, false); err != nil {
-					return err
-				}
-				return k.RMSNorm(kk, kk, dl.kNorm, T*d.kvHeads, d.headDim, d.eps, false)
-			},
-			func() error { return k.RoPE(q, a.pos, T, d.heads, d.headDim, d.rotaryDim, d.theta) },
-			func() error { return k.RoPE(kk, a.pos, T, d.kvHeads, d.headDim, d.rotaryDim, d.theta) },
-			func() error { return k.WriteKVBatch(&dl.kv, kk, v, bt, T) },
-			func() error { return k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale) },
-			func() error { return k.MatMul(h, att, T, dl.o) },
-			func() error { return k.Add(x, x, h, T*d.hidden) },
-			func() error { return k.RMSNorm(h, x, dl.postNorm, T, d.hidden, d.eps, false) },
-			func() error { return k.MatMul(g, h, T, dl.gate) },
-			func() error { return k.MatMul(u, h, T, dl.up) },
-			func() error { return k.SiLUMul(g, g, u, T*d.inter) },
-			func() error { return k.MatMul(h, g, T, dl.down) },
-			func() error { return k.Add(x, x, h, T*d.hidden) },
-		} {
-			if err := f(); err != nil {
-				return err
-			}
+		if err := k.MatMulShared(n, T, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
+			return err
+		}
+		if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
+			return err
+		}
+		if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
+			return err
+		}
+		if err := k.MatMul(h, att, T, dl.o); err != nil {
+			return err
+		}
+		if err := k.AddRMSNorm(x, h, n, dl.postNorm, T, d.hidden, d.eps, false); err != nil {
+			return err
+		}
+		if err := k.MatMulShared(n, T, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
+			return err
+		}
+		if err := k.SiLUMul(g, g, u, T*d.inter); err != nil {
+			return err
+		}
+		if err := k.MatMul(h, g, T, dl.down); err != nil {
+			return err
+		}
+		var err error
+		if i+1 < len(e.layers) {
+			err = k.AddRMSNorm(x, h, n, e.layers[i+1].inputNorm, T, d.hidden, d.eps, false)
+		} else {
+			err = k.Add(x, x, h, T*d.hidden)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if rows == 0 {

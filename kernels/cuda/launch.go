@@ -249,21 +249,61 @@ func (k *K) MatMul(y, x Buf, T int, w *Weight) error {
 		intArg(T), intArg(w.Out), intArg(w.In), intArg(weightFormatIDs[w.Format]), intArg(act))
 }
 
-// matmulMMA runs a tiled BF16 weight on the tensor cores: lb_mma_gemv for
-// up to mmaGemvTokens tokens, else lb_mma_split and lb_mma_gemm.
+// matmulMMA runs a tiled BF16 weight on the tensor cores.
 func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
+	return k.MatMulShared(x, T, []Buf{y}, []*Weight{w})
+}
+
+// MatMulShared runs MatMul for several weights that read the same x (a
+// layer's q, k and v, or gate and up) with one split of x into mma terms
+// when the weights are tiled: lb_mma_split, then for each weight
+// lb_mma_gemv up to mmaGemvTokens tokens, else lb_mma_gemm.
+func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
+	if len(ys) != len(ws) {
+		return fmt.Errorf("cuda: MatMulShared of %d outputs and %d weights", len(ys), len(ws))
+	}
 	d := k.d
-	if T == 0 {
+	if T == 0 || len(ws) == 0 {
 		return nil
 	}
-	nc := (w.In + 15) / 16
+	in := ws[0].In
+	for i, w := range ws {
+		if !w.Tiled || w.In != in {
+			if err := k.MatMul(ys[i], x, T, w); err != nil {
+				return err
+			}
+			ws, ys = append(ws[:i:i], ws[i+1:]...), append(ys[:i:i], ys[i+1:]...)
+			return k.MatMulShared(x, T, ys, ws)
+		}
+	}
+	nc := (in + 15) / 16
 	spans := (nc + mmaSpan - 1) / mmaSpan
-	if T <= mmaGemvTokens {
+	gemv := T <= mmaGemvTokens
+	tb := (T + mmaTokPad - 1) / mmaTokPad
+	groups := tb * mmaTokPad / 8
+	if gemv {
+		groups = (T + 7) / 8
+	}
+	xs, err := d.persistent("mma_terms", groups*nc*3*32*8)
+	if err != nil {
+		return err
+	}
+	if err := d.launch("lb_mma_split", grid1(groups*nc*32, 256), [3]int{256, 1, 1}, 0,
+		ptrArg(xs.ptr), ptrArg(x.ptr), intArg(T), intArg(in), intArg(groups)); err != nil {
+		return err
+	}
+	for i, w := range ws {
+		if !gemv {
+			if err := d.launch("lb_mma_gemm", [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{128, 1, 1}, 0,
+				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
+				return err
+			}
+			continue
+		}
 		nm := (w.Out + 15) / 16
-		ny := ((T+7)/8 + mmaGemvGroups - 1) / mmaGemvGroups
+		ny := (groups + mmaGemvGroups - 1) / mmaGemvGroups
 		var part, count Buf
 		if spans > 1 {
-			var err error
 			if part, err = d.persistent("mma_partials", 4*spans*T*w.Out); err != nil {
 				return err
 			}
@@ -272,22 +312,13 @@ func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
 			}
 		}
 		const warps = 4
-		return d.launch("lb_mma_gemv", [3]int{(nm*spans + warps - 1) / warps, ny, 1}, [3]int{32 * warps, 1, 1}, 0,
-			ptrArg(y.ptr), ptrArg(part.ptr), ptrArg(count.ptr), ptrArg(w.Data.ptr), ptrArg(x.ptr),
-			intArg(T), intArg(w.Out), intArg(w.In), intArg(spans))
+		if err := d.launch("lb_mma_gemv", [3]int{(nm*spans + warps - 1) / warps, ny, 1}, [3]int{32 * warps, 1, 1}, 0,
+			ptrArg(ys[i].ptr), ptrArg(part.ptr), ptrArg(count.ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr),
+			intArg(T), intArg(w.Out), intArg(in), intArg(spans)); err != nil {
+			return err
+		}
 	}
-	tb := (T + mmaTokPad - 1) / mmaTokPad
-	groups := tb * mmaTokPad / 8
-	xs, err := d.persistent("mma_terms", groups*nc*3*32*8)
-	if err != nil {
-		return err
-	}
-	if err := d.launch("lb_mma_split", grid1(groups*nc*32, 256), [3]int{256, 1, 1}, 0,
-		ptrArg(xs.ptr), ptrArg(x.ptr), intArg(T), intArg(w.In)); err != nil {
-		return err
-	}
-	return d.launch("lb_mma_gemm", [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{128, 1, 1}, 0,
-		ptrArg(y.ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(w.In))
+	return nil
 }
 
 // RMSNorm: y [T, D] = x / rms(x) · (w or 1 + w) (rmsnorm.cu).
@@ -298,6 +329,37 @@ func (k *K) RMSNorm(y, x, w Buf, T, D int, eps float32, zeroCentered bool) error
 	}
 	return k.d.launch("lb_rmsnorm", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
 		ptrArg(y.ptr), ptrArg(x.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc))
+}
+
+// AddRMSNorm: x += h, then y = RMSNorm(x) (add_rmsnorm.cu): the bits of
+// Add followed by RMSNorm, one launch. y must not alias x or h.
+func (k *K) AddRMSNorm(x, h, y, w Buf, T, D int, eps float32, zeroCentered bool) error {
+	zc := 0
+	if zeroCentered {
+		zc = 1
+	}
+	return k.d.launch("lb_add_rmsnorm", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
+		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(y.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc))
+}
+
+// QKNormRoPE takes a batch's q [T, H, Dh], k and v [T, KVH, Dh] to the
+// attention's inputs in one launch (qk_norm_rope.cu): q and k heads
+// RMS-normalized with qw and kw when qkNorm, rotated (NeoX RoPE, rotaryDim
+// of each head, base theta) at the batch's positions, q in place, k and v
+// stored into p's cache.
+func (k *K) QKNormRoPE(q, kk, v, qw, kw Buf, qkNorm bool, eps float32, p *KVPool, b *Batch, T, H, rotaryDim int, theta float64) error {
+	if p.HeadDim > 256 || rotaryDim > p.HeadDim || rotaryDim%2 != 0 {
+		return fmt.Errorf("cuda: QKNormRoPE: head_dim %d, rotary %d (the kernel takes head_dim ≤ 256)", p.HeadDim, rotaryDim)
+	}
+	qn := 0
+	if qkNorm {
+		qn = 1
+	}
+	return k.d.launch("lb_qk_norm_rope", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
+		ptrArg(q.ptr), ptrArg(kk.ptr), ptrArg(v.ptr), ptrArg(qw.ptr), ptrArg(kw.ptr), intArg(qn), f32Arg(eps),
+		ptrArg(b.Pos.ptr), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), intArg(rotaryDim), f64Arg(theta),
+		ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale),
+		ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr), intArg(p.BlockSize))
 }
 
 // RoPE rotates x [T, heads, headDim] in place at positions pos [T] int32

@@ -4,20 +4,21 @@
 // Layout: k, v [T, KVH·Dh] float32 for positions start..start+T-1; pools
 // of rows [KVH, Dh]; position p is row blocks[p / bs]·bs + p % bs. One
 // thread per element.
+// kv_put stores one element at pool index dst in the cache's dtype.
+__device__ __forceinline__ void kv_put(u8 *pool, i64 dst, float val, int dtype, float scale) {
+	if (dtype == 1) ((u16 *)pool)[dst] = f32_to_bf16(val);
+	else if (dtype == 2) pool[dst] = f32_to_e4m3(val / scale);
+	else ((float *)pool)[dst] = val;
+}
+
+// kv_row is the pool row of position p under block table blocks.
+__device__ __forceinline__ i64 kv_row(const int *blocks, int bs, int p) { return (i64)blocks[p / bs] * bs + p % bs; }
+
 __device__ __forceinline__ void kv_store(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,
                                          float vscale, const int *blocks, int bs, int p, i64 idx, int e, int row_elems) {
-	i64 dst = ((i64)blocks[p / bs] * bs + p % bs) * row_elems + e;
-	float kv = k[idx], vv = v[idx];
-	if (dtype == 1) {
-		((u16 *)kp)[dst] = f32_to_bf16(kv);
-		((u16 *)vp)[dst] = f32_to_bf16(vv);
-	} else if (dtype == 2) {
-		kp[dst] = f32_to_e4m3(kv / kscale);
-		vp[dst] = f32_to_e4m3(vv / vscale);
-	} else {
-		((float *)kp)[dst] = kv;
-		((float *)vp)[dst] = vv;
-	}
+	i64 dst = kv_row(blocks, bs, p) * row_elems + e;
+	kv_put(kp, dst, k[idx], dtype, kscale);
+	kv_put(vp, dst, v[idx], dtype, vscale);
 }
 
 extern "C" __global__ void lb_kv_write(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,

@@ -19,8 +19,8 @@
 //     group n of 8 tokens, column chunk c and term (hi, mid, lo), 32 lanes
 //     × 2 words: lane 4g + q holds token 8n + g's columns (16c + 2q, +1) and
 //     (16c + 2q + 8, +9) as BF16 pairs, the lower column in the low half.
-//     Groups padded with zero tokens to a multiple of MMA_TOK_PAD tokens.
-//     lb_mma_gemv builds the same words in registers from x [T, in].
+//     lb_mma_gemm reads groups padded with zero tokens to a multiple of
+//     MMA_TOK_PAD tokens.
 //   - x [T, in] and y [T, out] float32, row-major.
 //
 // Reduction order, which makes results batch invariant: the columns form
@@ -91,10 +91,10 @@ extern "C" __global__ void lb_mma_tile(uint4 *dst, const u16 *w, int out, int in
 	dst[id] = p;
 }
 
-// lb_mma_split writes x [T, in] as mma terms for ceil(T / MMA_TOK_PAD)·8
-// token groups: one thread a (group, chunk, lane).
-extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in) {
-	int nc = (in + 15) / 16, groups = (T + MMA_TOK_PAD - 1) / MMA_TOK_PAD * (MMA_TOK_PAD / 8);
+// lb_mma_split writes x [T, in] as mma terms for groups token groups of 8
+// (zeros past T): one thread a (group, chunk, lane).
+extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in, int groups) {
+	int nc = (in + 15) / 16;
 	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (id >= (i64)groups * nc * 32) return;
 	int lane = (int)(id & 31);
@@ -119,8 +119,8 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 // the warp writes y; otherwise it writes its span's sums to part [span,
 // T, out], and the last warp of the row tile to finish (counted in
 // count[blockIdx.y·nm + m], left at 0 again) adds the spans in order.
-extern "C" __global__ void lb_mma_gemv(float *y, float *part, int *count, const uint4 *w,
-                                                              const float *x, int T, int out, int in, int spans) {
+extern "C" __global__ void lb_mma_gemv(float *y, float *part, int *count, const uint4 *w, const uint2 *xs, int T,
+                                       int out, int in, int spans) {
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int nc = (in + 15) / 16, nm = (out + 15) / 16;
 	int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -138,16 +138,15 @@ extern "C" __global__ void lb_mma_gemv(float *y, float *part, int *count, const 
 #pragma unroll
 	for (int i = 0; i < MMA_SPAN; i++) {
 		if (i < nch) {
-			int col = 16 * (c0 + i) + 2 * q;
 #pragma unroll
 			for (int n = 0; n < MMA_GEMV_GROUPS; n++) {
 				if (n < ng) {
-					int t = 8 * (n0 + n) + g;
-					u32 b0[3], b1[3];
-					mma_terms(mma_load_x(x, T, in, t, col), mma_load_x(x, T, in, t, col + 1), &b0[0], &b0[1], &b0[2]);
-					mma_terms(mma_load_x(x, T, in, t, col + 8), mma_load_x(x, T, in, t, col + 9), &b1[0], &b1[1], &b1[2]);
+					const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0 + i) * 3 << 5) + lane;
+					uint2 b[3];
 #pragma unroll
-					for (int j = 0; j < 3; j++) mma_bf16(acc[n], a[i], b0[j], b1[j]);
+					for (int j = 0; j < 3; j++) b[j] = __ldg(bp + j * 32);
+#pragma unroll
+					for (int j = 0; j < 3; j++) mma_bf16(acc[n], a[i], b[j].x, b[j].y);
 				}
 			}
 		}
