@@ -1,0 +1,26 @@
+// add_rmsnorm.cu: the residual add fused with the next RMSNorm:
+// x[t,:] += h[t,:], then y[t,:] = x[t,:] / sqrt(mean(x[t,:]²) + eps) · g
+// with g = w or 1 + w (zero_centered). The bits of lb_add followed by
+// lb_rmsnorm with 256 threads (the same per-thread order and block
+// reduction), in one pass over the row.
+// Layout: x, h, y [T, D] float32 (y must not alias x or h); w [D]. One
+// block per row.
+extern "C" __global__ void lb_add_rmsnorm(float *x, const float *h, float *y, const float *w, int D, float eps,
+                                          int zero_centered) {
+	__shared__ float sh[32];
+	float *xr = x + (i64)blockIdx.x * D;
+	const float *hr = h + (i64)blockIdx.x * D;
+	float *yr = y + (i64)blockIdx.x * D;
+	float s = 0.0f;
+	for (int i = threadIdx.x; i < D; i += blockDim.x) {
+		float v = xr[i] + hr[i];
+		xr[i] = v;
+		s += v * v;
+	}
+	s = block_sum(s, sh);
+	float r = 1.0f / sqrtf(s / (float)D + eps);
+	for (int i = threadIdx.x; i < D; i += blockDim.x) {
+		float g = zero_centered ? 1.0f + w[i] : w[i];
+		yr[i] = xr[i] * r * g;
+	}
+}

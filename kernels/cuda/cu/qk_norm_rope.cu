@@ -1,0 +1,58 @@
+// qk_norm_rope.cu: a layer's step from q, k, v to the attention's inputs in
+// one launch: each q and k head RMS-normalized over head_dim (when qk_norm;
+// Qwen3's q_norm/k_norm weights, eps, as lb_rmsnorm), rotated by NeoX RoPE
+// (angles in float64 as lb_rope), q in place, and k and v stored into the
+// paged cache (kv_store's conversions, kv_write.cu).
+// Layout: q [T, H, Dh], k and v [T, KVH, Dh] float32; pos, seq [T] int32;
+// tables as lb_kv_write_varlen. One block per token, one warp per head at
+// a time; Dh ≤ 256. The head's sum of squares is each lane's elements
+// lane, lane + 32, … in order, then warp_sum: a fixed order, so a token's
+// result does not depend on the batch.
+extern "C" __global__ void lb_qk_norm_rope(float *q, float *k, const float *v, const float *qw, const float *kw,
+                                           int qk_norm, float eps, const int *pos, int H, int KVH, int Dh, int rot,
+                                           double theta, u8 *kp, u8 *vp, int dtype, float kscale, float vscale,
+                                           const int *tables, int stride, const int *seq, int bs) {
+	__shared__ float cs[128], sn[128], buf[8][256];
+	int t = blockIdx.x, lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	int half = rot / 2, p = pos[t];
+	for (int j = threadIdx.x; j < half; j += blockDim.x) {
+		double ang = (double)p * pow(theta, -2.0 * (double)j / (double)rot);
+		cs[j] = (float)cos(ang);
+		sn[j] = (float)sin(ang);
+	}
+	__syncthreads();
+	const int *blocks = tables + (i64)seq[t] * stride;
+	int row = KVH * Dh;
+	for (int hd = wi; hd < H + 2 * KVH; hd += nw) {
+		if (hd >= H + KVH) { // v: stored as is
+			int e0 = (hd - H - KVH) * Dh;
+			for (int i = lane; i < Dh; i += 32)
+				kv_put(vp, kv_row(blocks, bs, p) * row + e0 + i, v[(i64)t * row + e0 + i], dtype, vscale);
+			continue;
+		}
+		bool isq = hd < H;
+		float *x = isq ? q + ((i64)t * H + hd) * Dh : k + ((i64)t * KVH + hd - H) * Dh;
+		const float *w = isq ? qw : kw;
+		float *b = buf[wi];
+		float r = 1.0f;
+		if (qk_norm) {
+			float s = 0.0f;
+			for (int i = lane; i < Dh; i += 32) s += x[i] * x[i];
+			s = warp_sum(s);
+			r = 1.0f / sqrtf(s / (float)Dh + eps);
+		}
+		for (int i = lane; i < Dh; i += 32) b[i] = qk_norm ? x[i] * r * w[i] : x[i];
+		__syncwarp();
+		for (int j = lane; j < Dh; j += 32) {
+			float o = b[j];
+			if (j < half) o = b[j] * cs[j] - b[j + half] * sn[j];
+			else if (j < rot) o = b[j] * cs[j - half] + b[j - half] * sn[j - half];
+			x[j] = o;
+		}
+		__syncwarp();
+		if (!isq) {
+			int e0 = (hd - H) * Dh;
+			for (int i = lane; i < Dh; i += 32) kv_put(kp, kv_row(blocks, bs, p) * row + e0 + i, x[i], dtype, kscale);
+		}
+	}
+}
