@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"io/fs"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -24,6 +25,18 @@ func TestSources(t *testing.T) {
 	src, err := Source()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// NVRTC compiles the files as one program: a helper defined twice is a
+	// compile error only the GPU machine would report.
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^__device__ __forceinline__ [\w ]+?\*?\s*(\w+)\(`).FindAllStringSubmatch(src, -1) {
+		if seen[m[1]] {
+			t.Errorf("device function %s defined twice", m[1])
+		}
+		seen[m[1]] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("found only %d device functions: the pattern no longer matches the sources", len(seen))
 	}
 	for _, k := range []string{"lb_matmul", "lb_act_quant", "lb_rmsnorm", "lb_rope", "lb_kv_write",
 		"lb_silu_mul", "lb_add", "lb_log_softmax", "lb_embed", "lb_gather_rows", "lb_attention_split", "lb_attention_merge", "lb_kv_write_varlen",

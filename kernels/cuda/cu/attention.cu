@@ -37,10 +37,6 @@ __device__ __forceinline__ float kv_load(const u8 *pool, i64 idx, int dtype, flo
 	return ((const float *)pool)[idx];
 }
 
-__device__ __forceinline__ i64 kv_row(const int *blocks, int bs, int j) {
-	return blocks ? (i64)blocks[j / bs] * bs + j % bs : (i64)j;
-}
-
 #define ATT_SPLITS 64
 
 // att_chunk is the chunk size for position p: the context p + 1 split in

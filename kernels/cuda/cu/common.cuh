@@ -100,3 +100,9 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
 	v = lane < nw ? sh[lane] : -__int_as_float(0x7f800000);
 	return warp_max(v);
 }
+
+// kv_row is the paged cache's row of position p under block table blocks
+// of bs positions a block (a null table: a contiguous cache).
+__device__ __forceinline__ i64 kv_row(const int *blocks, int bs, int p) {
+	return blocks ? (i64)blocks[p / bs] * bs + p % bs : (i64)p;
+}

@@ -11,8 +11,6 @@ __device__ __forceinline__ void kv_put(u8 *pool, i64 dst, float val, int dtype, 
 	else ((float *)pool)[dst] = val;
 }
 
-// kv_row is the pool row of position p under block table blocks.
-__device__ __forceinline__ i64 kv_row(const int *blocks, int bs, int p) { return (i64)blocks[p / bs] * bs + p % bs; }
 
 __device__ __forceinline__ void kv_store(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,
                                          float vscale, const int *blocks, int bs, int p, i64 idx, int e, int row_elems) {
