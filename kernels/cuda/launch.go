@@ -300,21 +300,16 @@ func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 			}
 			continue
 		}
-		nm := (w.Out + 15) / 16
-		ny := (groups + mmaGemvGroups - 1) / mmaGemvGroups
-		var part, count Buf
-		if spans > 1 {
-			if part, err = d.persistent("mma_partials", 4*spans*T*w.Out); err != nil {
-				return err
-			}
-			if count, err = d.persistentZero("mma_counts", 4*ny*nm); err != nil {
-				return err
-			}
+		// One block a row tile, one warp a span (at most 16 warps).
+		// Token groups a block: as many as shared memory holds, up to
+		// mmaGemvGroups (a span's partial sums take 512 bytes a group).
+		gpb := min(mmaGemvGroups, groups, max(1, (200<<10)/(spans*512)))
+		if spans*512 > 200<<10 {
+			return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, 400*mmaSpan*16)
 		}
-		const warps = 4
-		if err := d.launch("lb_mma_gemv", [3]int{(nm*spans + warps - 1) / warps, ny, 1}, [3]int{32 * warps, 1, 1}, 0,
-			ptrArg(ys[i].ptr), ptrArg(part.ptr), ptrArg(count.ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr),
-			intArg(T), intArg(w.Out), intArg(in), intArg(spans)); err != nil {
+		warps := min(spans, 16)
+		if err := d.launch("lb_mma_gemv", [3]int{(w.Out + 15) / 16, (groups + gpb - 1) / gpb, 1}, [3]int{32 * warps, 1, 1},
+			spans*gpb*512, ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(in), intArg(gpb)); err != nil {
 			return err
 		}
 	}

@@ -120,14 +120,3 @@ func (d *Device) persistent(name string, n int) (Buf, error) {
 	d.named[name] = devBuf{ptr, size}
 	return Buf{ptr, n}, nil
 }
-
-// persistentZero is persistent for a buffer that must hold zeros when it
-// is (re)allocated: kernels that use it leave it at zero again.
-func (d *Device) persistentZero(name string, n int) (Buf, error) {
-	gen := d.gen
-	b, err := d.persistent(name, n)
-	if err != nil || d.gen == gen {
-		return b, err
-	}
-	return b, check("cuMemsetD8Async", C.lb_cuMemsetD8Async(b.ptr, 0, C.size_t(d.named[name].size), d.stream))
-}

@@ -27,8 +27,8 @@
 // spans of MMA_SPAN chunks of 16; within a span, chunk by chunk in order,
 // the hi, mid and lo products accumulate in that order into a float32
 // fragment that starts at 0; the spans' sums are then added in order to 0.
-// lb_mma_gemv (up to MMA_GEMV_TOKENS tokens: one warp a (row tile, span),
-// the spans added by the last warp of a row tile to finish) and
+// lb_mma_gemv (few tokens: one block a row tile, one warp a span, the
+// spans added from shared memory) and
 // lb_mma_gemm (more tokens: one warp a 32-row × 32-token tile over every
 // span, the spans added in registers) both follow it, so y[t, o] depends
 // only on x[t], w[o] and in: not on T, the batch, or which kernel ran.
@@ -114,86 +114,61 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 	}
 }
 
-// lb_mma_gemv: up to MMA_GEMV_GROUPS·8 tokens a blockIdx.y; each warp one
-// (row tile m, span s), its 16 weight loads issued at once. With one span
-// the warp writes y; otherwise it writes its span's sums to part [span,
-// T, out], and the last warp of the row tile to finish (counted in
-// count[blockIdx.y·nm + m], left at 0 again) adds the spans in order.
-extern "C" __global__ void lb_mma_gemv(float *y, float *part, int *count, const uint4 *w, const uint2 *xs, int T,
-                                       int out, int in, int spans) {
-	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-	int nc = (in + 15) / 16, nm = (out + 15) / 16;
-	int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	if (warp >= nm * spans) return;
-	int m = warp % nm, s = warp / nm, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
-	int n0 = blockIdx.y * MMA_GEMV_GROUPS, ng = min(MMA_GEMV_GROUPS, (T + 7) / 8 - n0);
-	const uint4 *wp = w + ((i64)m * nc + c0) * 32 + lane;
-	uint4 a[MMA_SPAN];
+// lb_mma_gemv: one block a row tile m (blockIdx.x) and gpb ≤
+// MMA_GEMV_GROUPS token groups (blockIdx.y); warp wi takes spans wi,
+// wi + warps, ..., each span's 16 weight loads issued at once, and leaves
+// the span's sums in shared memory (part [spans][groups][16 rows][8
+// tokens]); then the spans are added in order. Dynamic shared memory:
+// spans·min(groups, gpb)·512 bytes.
+extern "C" __global__ void lb_mma_gemv(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in, int gpb) {
+	extern __shared__ float part[];
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
+	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
+	for (int s = wi; s < spans; s += nw) {
+		int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+		const uint4 *wp = w + ((i64)m * nc + c0) * 32 + lane;
+		uint4 a[MMA_SPAN];
 #pragma unroll
-	for (int i = 0; i < MMA_SPAN; i++)
-		if (i < nch) a[i] = __ldg(wp + i * 32);
-	float acc[MMA_GEMV_GROUPS][4];
+		for (int i = 0; i < MMA_SPAN; i++)
+			if (i < nch) a[i] = __ldg(wp + i * 32);
+		float acc[MMA_GEMV_GROUPS][4];
 #pragma unroll
-	for (int n = 0; n < MMA_GEMV_GROUPS; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+		for (int n = 0; n < MMA_GEMV_GROUPS; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 #pragma unroll
-	for (int i = 0; i < MMA_SPAN; i++) {
-		if (i < nch) {
+		for (int i = 0; i < MMA_SPAN; i++) {
+			if (i < nch) {
 #pragma unroll
-			for (int n = 0; n < MMA_GEMV_GROUPS; n++) {
-				if (n < ng) {
-					const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0 + i) * 3 << 5) + lane;
-					uint2 b[3];
+				for (int n = 0; n < MMA_GEMV_GROUPS; n++) {
+					if (n < ng) {
+						const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0 + i) * 3 << 5) + lane;
+						uint2 b[3];
 #pragma unroll
-					for (int j = 0; j < 3; j++) b[j] = __ldg(bp + j * 32);
+						for (int j = 0; j < 3; j++) b[j] = __ldg(bp + j * 32);
 #pragma unroll
-					for (int j = 0; j < 3; j++) mma_bf16(acc[n], a[i], b[j].x, b[j].y);
+						for (int j = 0; j < 3; j++) mma_bf16(acc[n], a[i], b[j].x, b[j].y);
+					}
 				}
 			}
 		}
-	}
-	// Fragment element e of group n: row 16m + g + 8·(e >> 1), token
-	// 8(n0 + n) + 2q + (e & 1).
-	if (spans == 1) {
+		// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
 #pragma unroll
 		for (int n = 0; n < MMA_GEMV_GROUPS; n++)
+			if (n < ng)
 #pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int r = 16 * m + g + 8 * (e >> 1), t = 8 * (n0 + n) + 2 * q + (e & 1);
-				if (n < ng && r < out && t < T) y[(i64)t * out + r] = 0.0f + acc[n][e];
-			}
-		return;
+				for (int e = 0; e < 4; e++)
+					part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[n][e];
 	}
-	float *ps = part + (i64)s * T * out;
-#pragma unroll
-	for (int n = 0; n < MMA_GEMV_GROUPS; n++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			int r = 16 * m + g + 8 * (e >> 1), t = 8 * (n0 + n) + 2 * q + (e & 1);
-			if (n < ng && r < out && t < T) ps[(i64)t * out + r] = acc[n][e];
+	__syncthreads();
+	for (int i = threadIdx.x; i < ng * 128; i += blockDim.x) {
+		int n = i >> 7, r = (i >> 3) & 15, tk = i & 7;
+		int row = 16 * m + r, t = 8 * (n0 + n) + tk;
+		if (row < out && t < T) {
+			float sum = 0.0f;
+			for (int s = 0; s < spans; s++) sum += part[((s * ng + n) * 16 + r) * 8 + tk];
+			y[(i64)t * out + row] = sum;
 		}
-	__threadfence();
-	__syncwarp();
-	int done = 0;
-	if (lane == 0) done = atomicAdd(&count[blockIdx.y * nm + m], 1);
-	done = __shfl_sync(0xffffffffu, done, 0);
-	if (done != spans - 1) return;
-	__threadfence();
-#pragma unroll
-	for (int n = 0; n < MMA_GEMV_GROUPS; n++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			int r = 16 * m + g + 8 * (e >> 1), t = 8 * (n0 + n) + 2 * q + (e & 1);
-			if (n < ng && r < out && t < T) {
-				float sum = 0.0f;
-				for (int k = 0; k < spans; k++) {
-					float v; // from L2: other warps wrote it
-					asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(part + ((i64)k * T + t) * out + r));
-					sum += v;
-				}
-				y[(i64)t * out + r] = sum;
-			}
-		}
-	if (lane == 0) count[blockIdx.y * nm + m] = 0;
+	}
 }
 
 // lb_mma_gemm: blocks of 4 warps on 64 rows × 64 tokens, each warp 2 row
