@@ -120,7 +120,7 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 // the span's sums in shared memory (part [spans][groups][16 rows][8
 // tokens]); then the spans are added in order. Dynamic shared memory:
 // spans·min(groups, gpb)·512 bytes.
-extern "C" __global__ void lb_mma_gemv(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in, int gpb) {
+extern "C" __global__ void __launch_bounds__(512) lb_mma_gemv(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in, int gpb) {
 	extern __shared__ float part[];
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
