@@ -54,6 +54,10 @@ const (
 	mmaRowPad     = 64 // MMA_ROW_PAD
 	mmaTokPad     = 64 // MMA_TOK_PAD
 	mmaGemvGroups = 4  // MMA_GEMV_GROUPS
+	mmaGemvWarps  = 4  // MMA_GEMV_WARPS
+	// mmaGemvShared bounds lb_mma_gemv's shared memory (an H100/H200 block
+	// may take 227 KB).
+	mmaGemvShared = 200 << 10
 	// mmaGemvTokens is the most tokens lb_mma_gemv takes; more go to
 	// lb_mma_gemm. Both give the same bits, so the cutoff is a matter of
 	// speed only.
@@ -300,16 +304,16 @@ func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 			}
 			continue
 		}
-		// One block a row tile, one warp a span (at most 16 warps).
-		// Token groups a block: as many as shared memory holds, up to
-		// mmaGemvGroups (a span's partial sums take 512 bytes a group).
-		gpb := min(mmaGemvGroups, groups, max(1, (200<<10)/(spans*512)))
-		if spans*512 > 200<<10 {
-			return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, 400*mmaSpan*16)
+		// Token groups a block: as many as shared memory holds next to the
+		// weight slots, up to mmaGemvGroups (a span's sums take 512 bytes a
+		// group).
+		const slots = mmaGemvWarps * 2 * mmaSpan * 512
+		gpb := min(mmaGemvGroups, groups, max(1, (mmaGemvShared-slots)/(spans*512)))
+		if slots+spans*gpb*512 > mmaGemvShared {
+			return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-slots)/512*mmaSpan*16)
 		}
-		warps := min(spans, 16)
-		if err := d.launch("lb_mma_gemv", [3]int{(w.Out + 15) / 16, (groups + gpb - 1) / gpb, 1}, [3]int{32 * warps, 1, 1},
-			spans*gpb*512, ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(in), intArg(gpb)); err != nil {
+		if err := d.launch("lb_mma_gemv", [3]int{(w.Out + 15) / 16, (groups + gpb - 1) / gpb, 1}, [3]int{32 * mmaGemvWarps, 1, 1},
+			slots+spans*gpb*512, ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(in), intArg(gpb)); err != nil {
 			return err
 		}
 	}

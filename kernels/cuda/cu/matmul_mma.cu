@@ -114,40 +114,63 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 	}
 }
 
-// lb_mma_gemv: one block a row tile m (blockIdx.x) and gpb ≤
-// MMA_GEMV_GROUPS token groups (blockIdx.y); warp wi takes spans wi,
-// wi + warps, ..., each span's 16 weight loads issued at once, and leaves
-// the span's sums in shared memory (part [spans][groups][16 rows][8
-// tokens]); then the spans are added in order. Dynamic shared memory:
-// spans·min(groups, gpb)·512 bytes.
-extern "C" __global__ void __launch_bounds__(512) lb_mma_gemv(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in, int gpb) {
-	extern __shared__ float part[];
-	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
+// cp_async16 copies 16 bytes from global to shared memory without
+// registers (cp.async, completed by cp_async_wait).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+	u32 d;
+	asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// cp_async_wait1 waits for all but the latest committed group.
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+#define MMA_GEMV_WARPS 4
+
+// lb_mma_gemv: one block of MMA_GEMV_WARPS warps a row tile m (blockIdx.x)
+// and gpb ≤ MMA_GEMV_GROUPS token groups (blockIdx.y). Warp wi takes spans
+// wi, wi + warps, ...; a span's 16 weight tiles (8 KB) stream into shared
+// memory by cp.async while the warp multiplies the previous span's (two
+// slots a warp), and each span's sums go to shared memory (part [spans]
+// [groups][16 rows][8 tokens]); then the spans are added in order.
+// Dynamic shared memory: MMA_GEMV_WARPS·16 KB + spans·gpb·512 bytes.
+extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y, const uint4 *w, const uint2 *xs, int T,
+                                                              int out, int in, int gpb) {
+	extern __shared__ uint4 smem[];
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
 	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
-	for (int s = wi; s < spans; s += nw) {
+	uint4 *slots = smem + wi * 2 * MMA_SPAN * 32;
+	float *part = (float *)(smem + MMA_GEMV_WARPS * 2 * MMA_SPAN * 32);
+	const uint4 *wr = w + (i64)m * nc * 32 + lane;
+	if (wi < spans) {
+		for (int i = 0; i < min(MMA_SPAN, nc - wi * MMA_SPAN); i++)
+			cp_async16(slots + i * 32 + lane, wr + (i64)(wi * MMA_SPAN + i) * 32);
+	}
+	cp_async_commit();
+	for (int s = wi, k = 0; s < spans; s += MMA_GEMV_WARPS, k ^= 1) {
+		int sn = s + MMA_GEMV_WARPS;
+		if (sn < spans)
+			for (int i = 0; i < min(MMA_SPAN, nc - sn * MMA_SPAN); i++)
+				cp_async16(slots + ((k ^ 1) * MMA_SPAN + i) * 32 + lane, wr + (i64)(sn * MMA_SPAN + i) * 32);
+		cp_async_commit();
+		cp_async_wait1(); // this span's tiles (each lane reads only what it copied)
 		int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
-		const uint4 *wp = w + ((i64)m * nc + c0) * 32 + lane;
-		uint4 a[MMA_SPAN];
-#pragma unroll
-		for (int i = 0; i < MMA_SPAN; i++)
-			if (i < nch) a[i] = __ldg(wp + i * 32);
 		float acc[MMA_GEMV_GROUPS][4];
 #pragma unroll
 		for (int n = 0; n < MMA_GEMV_GROUPS; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll 4
+		for (int i = 0; i < nch; i++) {
+			uint4 a = slots[(k * MMA_SPAN + i) * 32 + lane];
 #pragma unroll
-		for (int i = 0; i < MMA_SPAN; i++) {
-			if (i < nch) {
+			for (int n = 0; n < MMA_GEMV_GROUPS; n++) {
+				if (n < ng) {
+					const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0 + i) * 3 << 5) + lane;
+					uint2 b[3];
 #pragma unroll
-				for (int n = 0; n < MMA_GEMV_GROUPS; n++) {
-					if (n < ng) {
-						const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0 + i) * 3 << 5) + lane;
-						uint2 b[3];
+					for (int j = 0; j < 3; j++) b[j] = __ldg(bp + j * 32);
 #pragma unroll
-						for (int j = 0; j < 3; j++) b[j] = __ldg(bp + j * 32);
-#pragma unroll
-						for (int j = 0; j < 3; j++) mma_bf16(acc[n], a[i], b[j].x, b[j].y);
-					}
+					for (int j = 0; j < 3; j++) mma_bf16(acc[n], a, b[j].x, b[j].y);
 				}
 			}
 		}
