@@ -156,31 +156,29 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y, const ui
 		cp_async_commit();
 		cp_async_wait1(); // this span's tiles (each lane reads only what it copied)
 		int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
-		float acc[MMA_GEMV_GROUPS][4];
+		// A token group at a time: its 48 activation loads of the span issued
+		// at once (one latency, not one a chunk), then the span's 48 mma.
+		for (int n = 0; n < ng; n++) {
+			const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
+			uint2 b[MMA_SPAN][3];
 #pragma unroll
-		for (int n = 0; n < MMA_GEMV_GROUPS; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-#pragma unroll 4
-		for (int i = 0; i < nch; i++) {
-			uint4 a = slots[(k * MMA_SPAN + i) * 32 + lane];
+			for (int i = 0; i < MMA_SPAN; i++)
+				if (i < nch)
 #pragma unroll
-			for (int n = 0; n < MMA_GEMV_GROUPS; n++) {
-				if (n < ng) {
-					const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0 + i) * 3 << 5) + lane;
-					uint2 b[3];
+					for (int j = 0; j < 3; j++) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
+			float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-					for (int j = 0; j < 3; j++) b[j] = __ldg(bp + j * 32);
+			for (int i = 0; i < MMA_SPAN; i++) {
+				if (i < nch) {
+					uint4 a = slots[(k * MMA_SPAN + i) * 32 + lane];
 #pragma unroll
-					for (int j = 0; j < 3; j++) mma_bf16(acc[n], a, b[j].x, b[j].y);
+					for (int j = 0; j < 3; j++) mma_bf16(acc, a, b[i][j].x, b[i][j].y);
 				}
 			}
+			// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
+#pragma unroll
+			for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];
 		}
-		// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
-#pragma unroll
-		for (int n = 0; n < MMA_GEMV_GROUPS; n++)
-			if (n < ng)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[n][e];
 	}
 	__syncthreads();
 	for (int i = threadIdx.x; i < ng * 128; i += blockDim.x) {
