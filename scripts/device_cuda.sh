@@ -71,6 +71,16 @@ timeout 200 .device/bin/lowbit bench --url http://127.0.0.1:8012 --workload rand
 kill $pid; wait $pid 2>/dev/null
 grep -E "engine" "$out/serve06.log" | head -3
 
+if [ -f /tmp/lowbit-bench-qwen3-8b/bf16/config.json ]; then
+echo "== LowBArena interactive on the Qwen3-8B shape, scaled to 8 of its 32 prompts (1,024 in, 256 out, one at a time)"
+.device/bin/lowbit serve /tmp/lowbit-bench-qwen3-8b/bf16 --served-model-name q8 --host 127.0.0.1 --port 8013 --max-model-len 4096 2>"$out/serve8b.log" &
+pid=$!
+for i in $(seq 360); do curl -sf localhost:8013/health >/dev/null && break; sleep 0.5; done
+timeout 150 .device/bin/lowbit bench --url http://127.0.0.1:8013 --workload random --random-input-len 1024 --random-output-len 256 --num-prompts 8 --max-concurrency 1 --ignore-eos --out "$out/bench_interactive8b.json" 2>&1 | tail -14
+kill $pid; wait $pid 2>/dev/null
+grep -E "engine" "$out/serve8b.log" | head -3
+fi
+
 [ -x .device/bin/tokenizer.test ] || exit $status
 echo "== tokenizer speed: lowbit (Go) and Hugging Face tokenizers, same machine"
 tokdir=$(mktemp -d)

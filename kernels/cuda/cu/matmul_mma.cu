@@ -154,10 +154,10 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y, const ui
 			for (int i = 0; i < min(MMA_SPAN, nc - sn * MMA_SPAN); i++)
 				cp_async16(slots + ((k ^ 1) * MMA_SPAN + i) * 32 + lane, wr + (i64)(sn * MMA_SPAN + i) * 32);
 		cp_async_commit();
-		cp_async_wait1(); // this span's tiles (each lane reads only what it copied)
 		int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
 		// A token group at a time: its 48 activation loads of the span issued
-		// at once (one latency, not one a chunk), then the span's 48 mma.
+		// at once (one latency, not one a chunk; the first group's before
+		// waiting for the weights), then the span's 48 mma.
 		for (int n = 0; n < ng; n++) {
 			const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
 			uint2 b[MMA_SPAN][3];
@@ -166,6 +166,7 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y, const ui
 				if (i < nch)
 #pragma unroll
 					for (int j = 0; j < 3; j++) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
+			if (n == 0) cp_async_wait1(); // this span's tiles (each lane reads only what it copied)
 			float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
 			for (int i = 0; i < MMA_SPAN; i++) {
