@@ -193,6 +193,88 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y, const ui
 	}
 }
 
+#define MMA_RING 32  // weight chunks (512 bytes each) a lb_mma_gemv1 warp's ring holds
+#define MMA_AHEAD 24 // chunks in flight ahead of the one multiplied
+#define MMA_BPRE 8   // chunks of activation fragments loaded ahead, in registers
+
+// lb_mma_gemv1: lb_mma_gemv for one token group (T ≤ 8, decode), streaming
+// finer: each warp walks its chunks (spans wi, wi + warps, ..., each span's
+// chunks in order) through a ring of MMA_RING chunk slots with MMA_AHEAD
+// cp.async copies in flight, so a warp always has 12 KB of weights on the
+// way (a memory-bound kernel needs bytes in flight, not just warps), and
+// loads activation fragments MMA_BPRE chunks ahead. Sums per span go to
+// shared memory and are added in span order, as in lb_mma_gemv. Dynamic
+// shared memory: MMA_GEMV_WARPS·MMA_RING·512 + spans·512 bytes.
+extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv1(float *y, const uint4 *w, const uint2 *xs, int T,
+                                                               int out, int in) {
+	extern __shared__ uint4 smem[];
+	const int W = MMA_GEMV_WARPS;
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
+	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
+	uint4 *ring = smem + wi * MMA_RING * 32 + lane;
+	float *part = (float *)(smem + W * MMA_RING * 32);
+	const uint4 *wr = w + (i64)m * nc * 32 + lane;
+	const uint2 *xr = xs + lane;
+	int total = 0;
+	for (int s = wi; s < spans; s += W) total += min(MMA_SPAN, nc - s * MMA_SPAN);
+	// The column chunk of the warp's f-th chunk (only the matrix's last span,
+	// which is then the warp's last, has fewer than MMA_SPAN chunks).
+#define GEMV1_CHUNK(f) ((wi + ((f) / MMA_SPAN) * W) * MMA_SPAN + ((f) % MMA_SPAN))
+	for (int f = 0; f < MMA_AHEAD; f++) {
+		if (f < total) cp_async16(ring + (f % MMA_RING) * 32, wr + (i64)GEMV1_CHUNK(f) * 32);
+		cp_async_commit();
+	}
+	uint2 bc[MMA_BPRE][3], bn[MMA_BPRE][3];
+#pragma unroll
+	for (int u = 0; u < MMA_BPRE; u++)
+		if (u < total)
+#pragma unroll
+			for (int j = 0; j < 3; j++) bc[u][j] = __ldg(xr + ((i64)GEMV1_CHUNK(u) * 3 + j) * 32);
+	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int f0 = 0; f0 < total; f0 += MMA_BPRE) {
+#pragma unroll
+		for (int u = 0; u < MMA_BPRE; u++)
+			if (f0 + MMA_BPRE + u < total)
+#pragma unroll
+				for (int j = 0; j < 3; j++) bn[u][j] = __ldg(xr + ((i64)GEMV1_CHUNK(f0 + MMA_BPRE + u) * 3 + j) * 32);
+#pragma unroll
+		for (int u = 0; u < MMA_BPRE; u++) {
+			int f = f0 + u;
+			if (f < total) {
+				int fa = f + MMA_AHEAD;
+				if (fa < total) cp_async16(ring + (fa % MMA_RING) * 32, wr + (i64)GEMV1_CHUNK(fa) * 32);
+				cp_async_commit();
+				// Chunk f's copy is done once at most MMA_AHEAD later ones pend.
+				asm volatile("cp.async.wait_group %0;" ::"n"(MMA_AHEAD) : "memory");
+				if (f % MMA_SPAN == 0) acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+				uint4 a = ring[(f % MMA_RING) * 32];
+#pragma unroll
+				for (int j = 0; j < 3; j++) mma_bf16(acc, a, bc[u][j].x, bc[u][j].y);
+				if (f % MMA_SPAN == MMA_SPAN - 1 || f == total - 1) {
+					int s = wi + (f / MMA_SPAN) * W;
+					// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
+#pragma unroll
+					for (int e = 0; e < 4; e++) part[(s * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];
+				}
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < MMA_BPRE; u++)
+#pragma unroll
+			for (int j = 0; j < 3; j++) bc[u][j] = bn[u][j];
+	}
+#undef GEMV1_CHUNK
+	__syncthreads();
+	for (int i = threadIdx.x; i < 128; i += blockDim.x) {
+		int r = i >> 3, tk = i & 7, row = 16 * m + r;
+		if (row < out && tk < T) {
+			float sum = 0.0f;
+			for (int s = 0; s < spans; s++) sum += part[(s * 16 + r) * 8 + tk];
+			y[(i64)tk * out + row] = sum;
+		}
+	}
+}
+
 // lb_mma_gemm: blocks of 4 warps on 64 rows × 64 tokens, each warp 2 row
 // tiles × 4 token groups over every chunk, the next chunk's fragments
 // loaded while this chunk's 24 mma run; xs is x in mma terms.
