@@ -55,7 +55,6 @@ const (
 	mmaTokPad     = 64 // MMA_TOK_PAD
 	mmaGemvGroups = 4  // MMA_GEMV_GROUPS
 	mmaGemvWarps  = 4  // MMA_GEMV_WARPS
-	mmaRing       = 32 // MMA_RING
 	// mmaGemvShared bounds lb_mma_gemv's shared memory (an H100/H200 block
 	// may take 227 KB).
 	mmaGemvShared = 200 << 10
@@ -262,8 +261,7 @@ func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
 // MatMulShared runs MatMul for several weights that read the same x (a
 // layer's q, k and v, or gate and up) with one split of x into mma terms
 // when the weights are tiled: lb_mma_split, then for each weight
-// lb_mma_gemv1 up to 8 tokens, lb_mma_gemv up to mmaGemvTokens, else
-// lb_mma_gemm (all with the same bits).
+// lb_mma_gemv up to mmaGemvTokens tokens, else lb_mma_gemm.
 func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 	if len(ys) != len(ws) {
 		return fmt.Errorf("cuda: MatMulShared of %d outputs and %d weights", len(ys), len(ws))
@@ -301,17 +299,6 @@ func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 	for i, w := range ws {
 		if !gemv {
 			if err := d.launch("lb_mma_gemm", [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{128, 1, 1}, 0,
-				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
-				return err
-			}
-			continue
-		}
-		if T <= 8 {
-			shmem := mmaGemvWarps*mmaRing*512 + spans*512
-			if shmem > mmaGemvShared {
-				return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-mmaGemvWarps*mmaRing*512)/512*mmaSpan*16)
-			}
-			if err := d.launch("lb_mma_gemv1", [3]int{(w.Out + 15) / 16, 1, 1}, [3]int{32 * mmaGemvWarps, 1, 1}, shmem,
 				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
 				return err
 			}
