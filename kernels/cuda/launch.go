@@ -260,13 +260,11 @@ func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
 
 // MatMulShared runs MatMul for several weights that read the same x (a
 // layer's q, k and v, or gate and up) with one split of x into mma terms
-// when the weights are tiled: lb_mma_split, then for each weight
-// lb_mma_gemv up to mmaGemvTokens tokens, else lb_mma_gemm.
+// when the weights are tiled.
 func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 	if len(ys) != len(ws) {
 		return fmt.Errorf("cuda: MatMulShared of %d outputs and %d weights", len(ys), len(ws))
 	}
-	d := k.d
 	if T == 0 || len(ws) == 0 {
 		return nil
 	}
@@ -280,42 +278,122 @@ func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 			return k.MatMulShared(x, T, ys, ws)
 		}
 	}
-	nc := (in + 15) / 16
-	spans := (nc + mmaSpan - 1) / mmaSpan
-	gemv := T <= mmaGemvTokens
-	tb := (T + mmaTokPad - 1) / mmaTokPad
-	groups := tb * mmaTokPad / 8
-	if gemv {
-		groups = (T + 7) / 8
-	}
-	xs, err := d.persistent("mma_terms", groups*nc*3*32*8)
+	t, err := k.TermsFor(T, in)
 	if err != nil {
 		return err
 	}
-	if err := d.launch("lb_mma_split", grid1(groups*nc*32, 256), [3]int{256, 1, 1}, 0,
-		ptrArg(xs.ptr), ptrArg(x.ptr), intArg(T), intArg(in), intArg(groups)); err != nil {
+	if err := k.Split(t, x); err != nil {
 		return err
 	}
-	for i, w := range ws {
-		if !gemv {
+	return k.MatMulTerms(t, ys, ws)
+}
+
+// Terms is an activation matrix [T, In] held as mma terms (matmul_mma.cu),
+// the tensor-core kernels' input, padded to the token groups its kernel
+// reads. Every Terms of a device shares one buffer: a Terms is valid until
+// the next TermsFor.
+type Terms struct {
+	buf           Buf
+	T, In, groups int
+}
+
+// TermsFor returns the terms buffer for a [T, in] input.
+func (k *K) TermsFor(T, in int) (Terms, error) {
+	groups := (T + 7) / 8
+	if T > mmaGemvTokens {
+		groups = (T + mmaTokPad - 1) / mmaTokPad * mmaTokPad / 8
+	}
+	nc := (in + 15) / 16
+	b, err := k.d.persistent("mma_terms", groups*nc*3*32*8)
+	return Terms{b, T, in, groups}, err
+}
+
+// Split writes x [T, In] float32 into t (lb_mma_split).
+func (k *K) Split(t Terms, x Buf) error {
+	nc := (t.In + 15) / 16
+	return k.d.launch("lb_mma_split", grid1(t.groups*nc*32, 256), [3]int{256, 1, 1}, 0,
+		ptrArg(t.buf.ptr), ptrArg(x.ptr), intArg(t.T), intArg(t.In), intArg(t.groups))
+}
+
+// AddRMSNormTerms is AddRMSNorm writing its output into t (t.In = D)
+// instead of float32; a zero h skips the add (a plain RMSNorm of x).
+func (k *K) AddRMSNormTerms(x, h Buf, t Terms, w Buf, D int, eps float32, zeroCentered bool) error {
+	if t.In != D {
+		return fmt.Errorf("cuda: AddRMSNormTerms of width %d into terms of %d", D, t.In)
+	}
+	zc := 0
+	if zeroCentered {
+		zc = 1
+	}
+	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 0,
+		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg((D+15)/16))
+}
+
+// SiLUMulTerms is SiLUMul over [T, D] writing into t (t.In = D).
+func (k *K) SiLUMulTerms(t Terms, gate, up Buf, D int) error {
+	if t.In != D {
+		return fmt.Errorf("cuda: SiLUMulTerms of width %d into terms of %d", D, t.In)
+	}
+	nc := (D + 15) / 16
+	return k.d.launch("lb_silu_mul_terms", grid1(t.T*nc*8, 256), [3]int{256, 1, 1}, 0,
+		ptrArg(t.buf.ptr), ptrArg(gate.ptr), ptrArg(up.ptr), intArg(t.T), intArg(D), intArg(nc))
+}
+
+// MatMulTerms runs tiled weights ws (In = t.In) on the input t: lb_mma_gemv
+// (up to three weights a launch) up to mmaGemvTokens tokens, else
+// lb_mma_gemm; every kernel gives the same bits.
+func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
+	d := k.d
+	if len(ys) != len(ws) {
+		return fmt.Errorf("cuda: MatMulTerms of %d outputs and %d weights", len(ys), len(ws))
+	}
+	for _, w := range ws {
+		if !w.Tiled || w.In != t.In {
+			return fmt.Errorf("cuda: MatMulTerms: a %dx%d weight (tiled %v) on terms of width %d", w.Out, w.In, w.Tiled, t.In)
+		}
+	}
+	if t.T == 0 {
+		return nil
+	}
+	in, T := t.In, t.T
+	nc := (in + 15) / 16
+	spans := (nc + mmaSpan - 1) / mmaSpan
+	if T > mmaGemvTokens {
+		tb := (T + mmaTokPad - 1) / mmaTokPad
+		for i, w := range ws {
 			if err := d.launch("lb_mma_gemm", [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{128, 1, 1}, 0,
-				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
+				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(t.buf.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
 				return err
 			}
-			continue
 		}
-		// Token groups a block: as many as shared memory holds next to the
-		// weight slots, up to mmaGemvGroups (a span's sums take 512 bytes a
-		// group).
-		const slots = mmaGemvWarps * 2 * mmaSpan * 512
-		gpb := min(mmaGemvGroups, groups, max(1, (mmaGemvShared-slots)/(spans*512)))
-		if slots+spans*gpb*512 > mmaGemvShared {
-			return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-slots)/512*mmaSpan*16)
+		return nil
+	}
+	// Token groups a block: as many as shared memory holds next to the
+	// weight slots, up to mmaGemvGroups (a span's sums take 512 bytes a
+	// group).
+	const slots = mmaGemvWarps * 2 * mmaSpan * 512
+	gpb := min(mmaGemvGroups, t.groups, max(1, (mmaGemvShared-slots)/(spans*512)))
+	if slots+spans*gpb*512 > mmaGemvShared {
+		return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-slots)/512*mmaSpan*16)
+	}
+	for len(ws) > 0 {
+		n := min(3, len(ws))
+		var args []arg
+		tiles := 0
+		for i := range 3 {
+			if i < n {
+				args = append(args, ptrArg(ys[i].ptr), ptrArg(ws[i].Data.ptr), intArg(ws[i].Out))
+				tiles += (ws[i].Out + 15) / 16
+			} else {
+				args = append(args, ptrArg(0), ptrArg(0), intArg(0))
+			}
 		}
-		if err := d.launch("lb_mma_gemv", [3]int{(w.Out + 15) / 16, (groups + gpb - 1) / gpb, 1}, [3]int{32 * mmaGemvWarps, 1, 1},
-			slots+spans*gpb*512, ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(xs.ptr), intArg(T), intArg(w.Out), intArg(in), intArg(gpb)); err != nil {
+		args = append(args, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb))
+		if err := d.launch("lb_mma_gemv", [3]int{tiles, (t.groups + gpb - 1) / gpb, 1}, [3]int{32 * mmaGemvWarps, 1, 1},
+			slots+spans*gpb*512, args...); err != nil {
 			return err
 		}
+		ys, ws = ys[n:], ws[n:]
 	}
 	return nil
 }

@@ -24,3 +24,35 @@ extern "C" __global__ void lb_add_rmsnorm(float *x, const float *h, float *y, co
 		yr[i] = xr[i] * r * g;
 	}
 }
+
+// lb_add_rmsnorm_terms: lb_add_rmsnorm (without the add when h is null)
+// writing y as mma terms (matmul_mma.cu) for a matrix of nc column chunks
+// instead of float32: the same values, split as lb_mma_split would; the
+// columns past D are zeros.
+extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *xs, const float *w, int D, float eps,
+                                                int zero_centered, int nc) {
+	__shared__ float sh[32];
+	float *xr = x + (i64)blockIdx.x * D;
+	const float *hr = h ? h + (i64)blockIdx.x * D : 0;
+	float s = 0.0f;
+	for (int i = threadIdx.x; i < D; i += blockDim.x) {
+		float v = xr[i];
+		if (hr) {
+			v += hr[i];
+			xr[i] = v;
+		}
+		s += v * v;
+	}
+	s = block_sum(s, sh);
+	float r = 1.0f / sqrtf(s / (float)D + eps);
+	for (int p = threadIdx.x; p < nc * 8; p += blockDim.x) {
+		float v[2];
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int i = 2 * p + k;
+			float g = i < D ? (zero_centered ? 1.0f + w[i] : w[i]) : 0.0f;
+			v[k] = i < D ? xr[i] * r * g : 0.0f;
+		}
+		mma_put_terms(xs, nc, blockIdx.x, 2 * p, v[0], v[1]);
+	}
+}

@@ -106,3 +106,37 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
 __device__ __forceinline__ i64 kv_row(const int *blocks, int bs, int p) {
 	return blocks ? (i64)blocks[p / bs] * bs + p % bs : (i64)p;
 }
+
+// The tensor-core matmul's activation terms (matmul_mma.cu): here because
+// producers in files before matmul_mma.cu write them too.
+__device__ __forceinline__ bool mma_finite(float v) { return (__float_as_uint(v) & 0x7F800000u) != 0x7F800000u; }
+
+// mma_terms splits the pair (a, b) into three BF16 pairs hi, mid, lo
+// (a in the low halves). A remainder that is not finite (x infinite or
+// NaN, which hi already carries) continues as 0.
+__device__ __forceinline__ void mma_terms(float a, float b, u32 *t0, u32 *t1, u32 *t2) {
+	u32 *t[3] = {t0, t1, t2};
+#pragma unroll
+	for (int j = 0; j < 3; j++) {
+		u16 ha = f32_to_bf16(a), hb = f32_to_bf16(b);
+		*t[j] = (u32)ha | ((u32)hb << 16);
+		a -= bf16_to_f32(ha);
+		b -= bf16_to_f32(hb);
+		a = mma_finite(a) ? a : 0.0f;
+		b = mma_finite(b) ? b : 0.0f;
+	}
+}
+
+// mma_put_terms stores the terms of x[t, col] and x[t, col+1] (col even)
+// where lb_mma_split puts them, for a matrix of nc column chunks: the
+// producers of matmul inputs (add_rmsnorm.cu, silu_mul.cu) write mma terms
+// directly. Columns past the matrix's width must come as zeros.
+__device__ __forceinline__ void mma_put_terms(u32 *xs, int nc, int t, int col, float v0, float v1) {
+	u32 tm[3];
+	mma_terms(v0, v1, &tm[0], &tm[1], &tm[2]);
+	int c = col >> 4, in16 = col & 15, lane = (t & 7) * 4 + ((in16 & 7) >> 1);
+	i64 base = (((i64)(t >> 3) * nc + c) * 3) * 32 + lane;
+#pragma unroll
+	for (int j = 0; j < 3; j++) xs[(base + j * 32) * 2 + (in16 >> 3)] = tm[j];
+}
+

@@ -45,24 +45,6 @@ __device__ __forceinline__ void mma_bf16(float *d, uint4 a, u32 b0, u32 b1) {
 	    : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ bool mma_finite(float v) { return (__float_as_uint(v) & 0x7F800000u) != 0x7F800000u; }
-
-// mma_terms splits the pair (a, b) into three BF16 pairs hi, mid, lo
-// (a in the low halves). A remainder that is not finite (x infinite or
-// NaN, which hi already carries) continues as 0.
-__device__ __forceinline__ void mma_terms(float a, float b, u32 *t0, u32 *t1, u32 *t2) {
-	u32 *t[3] = {t0, t1, t2};
-#pragma unroll
-	for (int j = 0; j < 3; j++) {
-		u16 ha = f32_to_bf16(a), hb = f32_to_bf16(b);
-		*t[j] = (u32)ha | ((u32)hb << 16);
-		a -= bf16_to_f32(ha);
-		b -= bf16_to_f32(hb);
-		a = mma_finite(a) ? a : 0.0f;
-		b = mma_finite(b) ? b : 0.0f;
-	}
-}
-
 // mma_load_x returns x[t, col] or 0 outside [T, in].
 __device__ __forceinline__ float mma_load_x(const float *x, int T, int in, int t, int col) {
 	return (t < T && col < in) ? x[(i64)t * in + col] : 0.0f;
@@ -127,18 +109,33 @@ __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_g
 
 #define MMA_GEMV_WARPS 4
 
-// lb_mma_gemv: one block of MMA_GEMV_WARPS warps a row tile m (blockIdx.x)
+// lb_mma_gemv: one block of MMA_GEMV_WARPS warps a row tile m (blockIdx.x,
+// over up to three weights)
 // and gpb ≤ MMA_GEMV_GROUPS token groups (blockIdx.y). Warp wi takes spans
 // wi, wi + warps, ...; a span's 16 weight tiles (8 KB) stream into shared
 // memory by cp.async while the warp multiplies the previous span's (two
 // slots a warp), and each span's sums go to shared memory (part [spans]
 // [groups][16 rows][8 tokens]); then the spans are added in order.
 // Dynamic shared memory: MMA_GEMV_WARPS·16 KB + spans·gpb·512 bytes.
-extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y, const uint4 *w, const uint2 *xs, int T,
-                                                              int out, int in, int gpb) {
+extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const uint4 *w0, int out0, float *y1,
+                                                              const uint4 *w1, int out1, float *y2, const uint4 *w2,
+                                                              int out2, const uint2 *xs, int T, int in, int gpb) {
 	extern __shared__ uint4 smem[];
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
+	// Up to three weights of the same input in one launch: their row tiles
+	// one after the other along blockIdx.x.
+	float *y = y0;
+	const uint4 *w = w0;
+	int out = out0;
+	if (m >= (out0 + 15) / 16) {
+		m -= (out0 + 15) / 16;
+		y = y1, w = w1, out = out1;
+		if (m >= (out1 + 15) / 16) {
+			m -= (out1 + 15) / 16;
+			y = y2, w = w2, out = out2;
+		}
+	}
 	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
 	uint4 *slots = smem + wi * 2 * MMA_SPAN * 32;
 	float *part = (float *)(smem + MMA_GEMV_WARPS * 2 * MMA_SPAN * 32);

@@ -13,3 +13,20 @@ extern "C" __global__ void lb_add(float *out, const float *a, const float *b, i6
 	i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) out[i] = a[i] + b[i];
 }
+
+// lb_silu_mul_terms: lb_silu_mul over [T, D] writing mma terms
+// (matmul_mma.cu) for nc column chunks instead of float32; one thread per
+// (token, column pair), columns past D zeros.
+extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const float *up, int T, int D, int nc) {
+	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+	if (id >= (i64)T * nc * 8) return;
+	int t = (int)(id / (nc * 8)), p = (int)(id % (nc * 8));
+	float v[2];
+#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		int i = 2 * p + k;
+		float g = i < D ? gate[(i64)t * D + i] : 0.0f;
+		v[k] = i < D ? g / (1.0f + expf(-g)) * up[(i64)t * D + i] : 0.0f;
+	}
+	mma_put_terms(xs, nc, t, 2 * p, v[0], v[1]);
+}
