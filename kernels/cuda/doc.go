@@ -11,6 +11,13 @@
 // libraries it returns an error that says so, which callers turn into the
 // CPU backend.
 //
+// BF16 weights with float32 activations run on the tensor cores
+// (cu/matmul_mma.cu): UploadWeight stores them in mma tiles, activations
+// are carried as three BF16 terms so the products are float32's, and one
+// reduction order shared by the decode GEMV and the prefill GEMM keeps
+// results batch invariant. Other weight formats run on CUDA cores
+// (cu/matmul.cu).
+//
 // Ops implements kernels.Ops on host slices by copying inputs to the device,
 // launching the kernels and copying the results back. It is how the shared
 // conformance suite (kernels/kerneltest) checks the same CUDA kernels that
