@@ -363,7 +363,7 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	x, h, n := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden), a.n.F32(0, T*d.hidden)
-	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
+	q, kk, v := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd)
 	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
 	if err := k.RMSNorm(n, x, e.layers[0].inputNorm, T, d.hidden, d.eps, false); err != nil {
 		return err
@@ -373,13 +373,7 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err := k.MatMulShared(n, T, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
 			return err
 		}
-		if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
-			return err
-		}
-		if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
-			return err
-		}
-		if err := k.MatMul(h, att, T, dl.o); err != nil {
+		if err := e.attention(k, dl, T, bt, scale); err != nil {
 			return err
 		}
 		if err := k.AddRMSNorm(x, h, n, dl.postNorm, T, d.hidden, d.eps, false); err != nil {
@@ -407,6 +401,22 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 	return nil
 }
 
+// attention takes a layer from its q, k and v (act.q, k, v) to the
+// o-projection's output in act.h: q/k-norm, RoPE and the KV-cache write,
+// attention, o_proj.
+func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32) error {
+	d, a := e.m.d, &e.act
+	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
+	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
+	if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
+		return err
+	}
+	if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
+		return err
+	}
+	return k.MatMul(a.h.F32(0, T*d.hidden), att, T, dl.o)
+}
+
 // layersTerms runs the decoder layers of a model whose matmul weights are
 // all tiled BF16: the norms and SiLU-mul write the matmuls' inputs as mma
 // terms directly (no separate split launch): they compute the float32
@@ -415,7 +425,7 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
-	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
+	q, kk, v := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd)
 	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
 	// Size the shared terms buffer for the widest input first, so that no
 	// later TermsFor reallocates it under a Terms still in use.
@@ -440,13 +450,7 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err := k.MatMulTerms(t, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
 			return err
 		}
-		if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
-			return err
-		}
-		if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
-			return err
-		}
-		if err := k.MatMul(h, att, T, dl.o); err != nil {
+		if err := e.attention(k, dl, T, bt, scale); err != nil {
 			return err
 		}
 		if t, err = terms(d.hidden, func(t cuda.Terms) error {
