@@ -1,0 +1,241 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/lowbit-ai/lowbit/kernels"
+)
+
+// Weight is a kernels.Weight whose data and scales live on the device.
+// Tiled means Data holds a BF16 weight in mma tiles (matmul_mma.cu,
+// TileWeight), the layout the tensor-core kernels read.
+type Weight struct {
+	Format      kernels.WeightFormat
+	Out, In     int
+	Data        Buf
+	Scales      Buf
+	GlobalScale float32
+	Act         kernels.ActQuant
+	InputScale  float32
+	Tiled       bool
+}
+
+// Tensor-core matmul constants of matmul_mma.cu.
+const (
+	mmaSpan       = 16 // MMA_SPAN: chunks of 16 columns a span
+	mmaRowPad     = 64 // MMA_ROW_PAD
+	mmaTokPad     = 64 // MMA_TOK_PAD
+	mmaGemvGroups = 4  // MMA_GEMV_GROUPS
+	mmaGemvWarps  = 4  // MMA_GEMV_WARPS
+	// mmaGemvShared bounds lb_mma_gemv's shared memory (an H100/H200 block
+	// may take 227 KB).
+	mmaGemvShared = 200 << 10
+	// mmaGemvTokens is the most tokens lb_mma_gemv takes; more go to
+	// lb_mma_gemm. Both give the same bits, so the cutoff is a matter of
+	// speed only.
+	mmaGemvTokens = 32
+)
+
+// usesMMA reports whether a weight runs on the tensor-core kernels: BF16
+// weights with float32 activations.
+func usesMMA(format kernels.WeightFormat, act kernels.ActQuant) bool {
+	return format == kernels.WeightBF16 && act == kernels.ActNone
+}
+
+// TiledBytes returns the size of a [out, in] BF16 weight in mma tiles.
+func TiledBytes(out, in int) int {
+	return (out + mmaRowPad - 1) / mmaRowPad * mmaRowPad * (in + 15) / 16 * 16 * 2
+}
+
+// TileWeight writes the [out, in] BF16 weight raw (row-major) into dst in
+// mma tiles (TiledBytes(out, in) bytes).
+func (k *K) TileWeight(dst, raw Buf, out, in int) error {
+	if dst.bytes < TiledBytes(out, in) || raw.bytes < 2*out*in {
+		return fmt.Errorf("cuda: TileWeight of %dx%d into %d bytes from %d", out, in, dst.bytes, raw.bytes)
+	}
+	n := TiledBytes(out, in) / 16
+	return k.d.launch("lb_mma_tile", grid1(n, 256), [3]int{256, 1, 1}, 0, ptrArg(dst.ptr), ptrArg(raw.ptr), intArg(out), intArg(in))
+}
+
+var weightFormatIDs = map[kernels.WeightFormat]int{kernels.WeightBF16: 1, kernels.WeightFP8Channel: 2,
+	kernels.WeightFP8Tensor: 3, kernels.WeightFP8Block: 4, kernels.WeightNVFP4: 5}
+
+var actIDs = map[kernels.ActQuant]int{kernels.ActNone: 0, kernels.ActFP8Token: 1, kernels.ActFP8Tensor: 2,
+	kernels.ActFP8Group128: 3, kernels.ActNVFP4: 4}
+
+// MatMul: y [T, w.Out] = x [T, w.In] · wᵀ with the weight's numerics
+// (act_quant.cu, matmul.cu; tiled BF16 weights: matmul_mma.cu).
+func (k *K) MatMul(y, x Buf, T int, w *Weight) error {
+	d := k.d
+	if w.Tiled {
+		return k.matmulMMA(y, x, T, w)
+	}
+	act := actIDs[w.Act]
+	xe, xs := x, Buf{}
+	if act != 0 {
+		group := map[int]int{1: w.In, 2: w.In, 3: 128, 4: 16}[act]
+		ng := w.In / group
+		var err error
+		if xe, err = d.persistent("act_quant_x", 4*T*w.In); err != nil {
+			return err
+		}
+		if xs, err = d.persistent("act_quant_scales", 4*T*ng); err != nil {
+			return err
+		}
+		if err := d.launch("lb_act_quant", [3]int{T * ng, 1, 1}, [3]int{min(256, max(32, (group+31)/32*32)), 1, 1}, 0,
+			ptrArg(xe.ptr), ptrArg(xs.ptr), ptrArg(x.ptr), intArg(w.In), intArg(act), f32Arg(w.InputScale)); err != nil {
+			return err
+		}
+	}
+	const warps = 8
+	return d.launch("lb_matmul", [3]int{(w.Out + warps - 1) / warps, T, 1}, [3]int{32 * warps, 1, 1}, 0,
+		ptrArg(y.ptr), ptrArg(xe.ptr), ptrArg(xs.ptr), ptrArg(w.Data.ptr), ptrArg(w.Scales.ptr), f32Arg(w.GlobalScale),
+		intArg(T), intArg(w.Out), intArg(w.In), intArg(weightFormatIDs[w.Format]), intArg(act))
+}
+
+// matmulMMA runs a tiled BF16 weight on the tensor cores.
+func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
+	return k.MatMulShared(x, T, []Buf{y}, []*Weight{w})
+}
+
+// MatMulShared runs MatMul for several weights that read the same x (a
+// layer's q, k and v, or gate and up) with one split of x into mma terms
+// when the weights are tiled.
+func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
+	if len(ys) != len(ws) {
+		return fmt.Errorf("cuda: MatMulShared of %d outputs and %d weights", len(ys), len(ws))
+	}
+	if T == 0 || len(ws) == 0 {
+		return nil
+	}
+	in := ws[0].In
+	for i, w := range ws {
+		if !w.Tiled || w.In != in {
+			if err := k.MatMul(ys[i], x, T, w); err != nil {
+				return err
+			}
+			ws, ys = append(ws[:i:i], ws[i+1:]...), append(ys[:i:i], ys[i+1:]...)
+			return k.MatMulShared(x, T, ys, ws)
+		}
+	}
+	t, err := k.TermsFor(T, in)
+	if err != nil {
+		return err
+	}
+	if err := k.Split(t, x); err != nil {
+		return err
+	}
+	return k.MatMulTerms(t, ys, ws)
+}
+
+// Terms is an activation matrix [T, In] held as mma terms (matmul_mma.cu),
+// the tensor-core kernels' input, padded to the token groups its kernel
+// reads. Every Terms of a device shares one buffer: a Terms is valid until
+// the next TermsFor.
+type Terms struct {
+	buf           Buf
+	T, In, groups int
+}
+
+// TermsFor returns the terms buffer for a [T, in] input.
+func (k *K) TermsFor(T, in int) (Terms, error) {
+	groups := (T + 7) / 8
+	if T > mmaGemvTokens {
+		groups = (T + mmaTokPad - 1) / mmaTokPad * mmaTokPad / 8
+	}
+	nc := (in + 15) / 16
+	b, err := k.d.persistent("mma_terms", groups*nc*3*32*8)
+	return Terms{b, T, in, groups}, err
+}
+
+// Split writes x [T, In] float32 into t (lb_mma_split).
+func (k *K) Split(t Terms, x Buf) error {
+	nc := (t.In + 15) / 16
+	return k.d.launch("lb_mma_split", grid1(t.groups*nc*32, 256), [3]int{256, 1, 1}, 0,
+		ptrArg(t.buf.ptr), ptrArg(x.ptr), intArg(t.T), intArg(t.In), intArg(t.groups))
+}
+
+// AddRMSNormTerms is AddRMSNorm writing its output into t (t.In = D)
+// instead of float32; a zero h skips the add (a plain RMSNorm of x).
+func (k *K) AddRMSNormTerms(x, h Buf, t Terms, w Buf, D int, eps float32, zeroCentered bool) error {
+	if t.In != D {
+		return fmt.Errorf("cuda: AddRMSNormTerms of width %d into terms of %d", D, t.In)
+	}
+	zc := 0
+	if zeroCentered {
+		zc = 1
+	}
+	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 0,
+		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg((D+15)/16))
+}
+
+// SiLUMulTerms is SiLUMul over [T, D] writing into t (t.In = D).
+func (k *K) SiLUMulTerms(t Terms, gate, up Buf, D int) error {
+	if t.In != D {
+		return fmt.Errorf("cuda: SiLUMulTerms of width %d into terms of %d", D, t.In)
+	}
+	nc := (D + 15) / 16
+	return k.d.launch("lb_silu_mul_terms", grid1(t.T*nc*8, 256), [3]int{256, 1, 1}, 0,
+		ptrArg(t.buf.ptr), ptrArg(gate.ptr), ptrArg(up.ptr), intArg(t.T), intArg(D), intArg(nc))
+}
+
+// MatMulTerms runs tiled weights ws (In = t.In) on the input t: lb_mma_gemv
+// (up to three weights a launch) up to mmaGemvTokens tokens, else
+// lb_mma_gemm; every kernel gives the same bits.
+func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
+	d := k.d
+	if len(ys) != len(ws) {
+		return fmt.Errorf("cuda: MatMulTerms of %d outputs and %d weights", len(ys), len(ws))
+	}
+	for _, w := range ws {
+		if !w.Tiled || w.In != t.In {
+			return fmt.Errorf("cuda: MatMulTerms: a %dx%d weight (tiled %v) on terms of width %d", w.Out, w.In, w.Tiled, t.In)
+		}
+	}
+	if t.T == 0 {
+		return nil
+	}
+	in, T := t.In, t.T
+	nc := (in + 15) / 16
+	spans := (nc + mmaSpan - 1) / mmaSpan
+	if T > mmaGemvTokens {
+		tb := (T + mmaTokPad - 1) / mmaTokPad
+		for i, w := range ws {
+			if err := d.launch("lb_mma_gemm", [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{128, 1, 1}, 0,
+				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(t.buf.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Token groups a block: as many as shared memory holds next to the
+	// weight slots, up to mmaGemvGroups (a span's sums take 512 bytes a
+	// group).
+	const slots = mmaGemvWarps * 2 * mmaSpan * 512
+	gpb := min(mmaGemvGroups, t.groups, max(1, (mmaGemvShared-slots)/(spans*512)))
+	if slots+spans*gpb*512 > mmaGemvShared {
+		return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-slots)/512*mmaSpan*16)
+	}
+	for len(ws) > 0 {
+		n := min(3, len(ws))
+		var args []arg
+		tiles := 0
+		for i := range 3 {
+			if i < n {
+				args = append(args, ptrArg(ys[i].ptr), ptrArg(ws[i].Data.ptr), intArg(ws[i].Out))
+				tiles += (ws[i].Out + 15) / 16
+			} else {
+				args = append(args, ptrArg(0), ptrArg(0), intArg(0))
+			}
+		}
+		args = append(args, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb))
+		if err := d.launch("lb_mma_gemv", [3]int{tiles, (t.groups + gpb - 1) / gpb, 1}, [3]int{32 * mmaGemvWarps, 1, 1},
+			slots+spans*gpb*512, args...); err != nil {
+			return err
+		}
+		ys, ws = ys[n:], ws[n:]
+	}
+	return nil
+}
