@@ -15,27 +15,29 @@
 //     fragment, elements (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1),
 //     (g, 2q+8), (g, 2q+9), (g+8, 2q+8), (g+8, 2q+9): one 16-byte load a
 //     lane, 512 contiguous bytes a warp.
-//   - activations in "mma terms" (lb_mma_split, for lb_mma_gemm): for each
+//   - activations in "mma terms" (lb_mma_split, or the producers through
+//     mma_put_terms in common.cuh): for each
 //     group n of 8 tokens, column chunk c and term (hi, mid, lo), 32 lanes
 //     × 2 words: lane 4g + q holds token 8n + g's columns (16c + 2q, +1) and
 //     (16c + 2q + 8, +9) as BF16 pairs, the lower column in the low half.
-//     lb_mma_gemm reads groups padded with zero tokens to a multiple of
-//     MMA_TOK_PAD tokens.
+//     lb_mma_gemm reads groups padded to a multiple of MMA_TOK_PAD tokens
+//     (what the padding tokens hold only reaches their own, unstored,
+//     output columns); columns past in must be zeros.
 //   - x [T, in] and y [T, out] float32, row-major.
 //
 // Reduction order, which makes results batch invariant: the columns form
 // spans of MMA_SPAN chunks of 16; within a span, chunk by chunk in order,
 // the hi, mid and lo products accumulate in that order into a float32
 // fragment that starts at 0; the spans' sums are then added in order to 0.
-// lb_mma_gemv (few tokens: one block a row tile, one warp a span, the
-// spans added from shared memory) and
-// lb_mma_gemm (more tokens: one warp a 32-row × 32-token tile over every
-// span, the spans added in registers) both follow it, so y[t, o] depends
+// lb_mma_gemv (up to 32 tokens: one block a row tile, its warps taking
+// spans in turn, the spans added from shared memory) and lb_mma_gemm (more
+// tokens: one warp a 32-row × 32-token tile over every span, the spans
+// added in registers) both follow it, so y[t, o] depends
 // only on x[t], w[o] and in: not on T, the batch, or which kernel ran.
 #define MMA_SPAN 16
 #define MMA_ROW_PAD 64
 #define MMA_TOK_PAD 64
-#define MMA_GEMV_GROUPS 4 // token groups of 8 one gemv warp carries
+#define MMA_GEMV_GROUPS 4 // token groups of 8 one gemv block carries at most
 
 // mma_bf16 accumulates a 16×8 float32 fragment d += A·B for one A fragment
 // and one B fragment (2 words).
