@@ -62,6 +62,7 @@ typedef struct att_job {
 	int64_t T, start, H, KVH, Dh, ctx;
 	float scale;
 	int64_t group;  // query heads per task: a divisor or a multiple of H / KVH, dividing H
+	const int64_t *rows; // [ctx]: the pool row of each position
 	float *scratch; // per thread: scores [group][ctx], 4 decoded rows [Dh], max and sum [group]
 	int64_t scratch_stride;
 } att_job;
@@ -88,8 +89,7 @@ static void e4m3_lut_init(void) {
 // into a float32 pool, or row decoded into buf.
 static inline const float *kv_row(const att_job *j, const uint8_t *pool, float sc, int64_t i, int64_t kh,
                                   float *buf) {
-	int64_t row = j->blocks ? (int64_t)j->blocks[i / j->bs] * j->bs + i % j->bs : i;
-	int64_t off = (row * j->KVH + kh) * j->Dh;
+	int64_t off = (j->rows[i] * j->KVH + kh) * j->Dh;
 	switch (j->dtype) {
 	case LB_KV_BF16: {
 		const uint16_t *p = (const uint16_t *)pool + off;
@@ -125,8 +125,7 @@ typedef void (*vsum_fn)(const struct att_job *j, const uint8_t *pool, float sc, 
 LB_INLINE void kv_prefetch(const att_job *j, const uint8_t *pool, int64_t i, int64_t n, int64_t kh, int64_t nkv) {
 	if (i >= n) return;
 	int64_t es = j->dtype == LB_KV_F32 ? 4 : j->dtype == LB_KV_BF16 ? 2 : 1;
-	int64_t row = j->blocks ? (int64_t)j->blocks[i / j->bs] * j->bs + i % j->bs : i;
-	const uint8_t *p = pool + (row * j->KVH + kh) * j->Dh * es;
+	const uint8_t *p = pool + (j->rows[i] * j->KVH + kh) * j->Dh * es;
 	int64_t bytes = nkv * j->Dh * es;
 	for (int64_t b = 0; b < bytes; b += 64) lb_prefetch(p + b);
 	lb_prefetch(p + bytes - 1);
@@ -323,10 +322,20 @@ int lb_attention(lb_ctx *c, float *out, const float *q, const uint8_t *k, const 
 		if (T * (H / nh) >= LB_ATT_TASKS * c->threads) break;
 	}
 	// Rows of 16 floats keep each thread's scratch on its own cache lines.
+	// The pool row of every position comes first, computed once: a lookup
+	// through the block table costs a 64-bit division, as much as a
+	// position's FMAs for a 128-dim head.
 	int64_t stride = (group * ctx + 4 * Dh + 2 * group + 15) & ~(int64_t)15;
-	float *scratch = lb_scratch(c, (size_t)c->threads * (size_t)stride * sizeof(float));
+	int64_t rows_floats = (2 * ctx + 15) & ~(int64_t)15;
+	float *scratch = lb_scratch(c, ((size_t)rows_floats + (size_t)c->threads * (size_t)stride) * sizeof(float));
 	if (!scratch) return LB_ERR_NOMEM;
-	att_job j = {out, q, k, v, dtype, kscale, vscale, blocks, bs, T, start, H, KVH, Dh, ctx, scale, group, scratch, stride};
+	int64_t *rows = (int64_t *)scratch;
+	for (int64_t i = 0, b = 0, off = 0; i < ctx; i++) {
+		rows[i] = blocks ? (int64_t)blocks[b] * bs + off : i;
+		if (++off == bs) off = 0, b++;
+	}
+	att_job j = {out, q, k, v, dtype, kscale, vscale, blocks, bs, T, start, H, KVH, Dh, ctx, scale, group, rows,
+	             scratch + rows_floats, stride};
 	lb_task fn = att_task_generic;
 #ifdef LB_X86
 	if (c->isa == LB_ISA_AVX512) fn = att_task_avx512;
