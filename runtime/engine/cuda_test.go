@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/lowbit-ai/lowbit/kernels"
@@ -44,17 +43,7 @@ func TestCUDAEngine(t *testing.T) {
 		reqs = append(reqs, r)
 	}
 	cfg := Config{KVCacheDType: "auto", NewExecutor: onGPU, MaxNumBatchedTokens: 40}
-	alone := make([]result, len(reqs))
-	for i, r := range reqs {
-		alone[i] = run(t, newEngine(t, m, cfg), r)
-	}
-	e := newEngine(t, m, cfg)
-	together := make([]result, len(reqs))
-	var wg sync.WaitGroup
-	for i, r := range reqs {
-		wg.Go(func() { together[i] = run(t, e, r) })
-	}
-	wg.Wait()
+	alone, together, _ := aloneAndTogether(t, m, cfg, cfg, reqs)
 	cpuCfg := cfg
 	cpuCfg.NewExecutor = nil
 	for i, r := range reqs {

@@ -235,17 +235,7 @@ func TestBatchInvariance(t *testing.T) {
 	}
 	for _, dt := range []string{"auto", "fp8"} {
 		t.Run(dt, func(t *testing.T) {
-			alone := make([]result, len(reqs))
-			for i, r := range reqs {
-				alone[i] = run(t, newEngine(t, m, Config{KVCacheDType: dt}), r)
-			}
-			e := newEngine(t, m, Config{KVCacheDType: dt, MaxNumBatchedTokens: 40})
-			together := make([]result, len(reqs))
-			var wg sync.WaitGroup
-			for i, r := range reqs {
-				wg.Go(func() { together[i] = run(t, e, r) })
-			}
-			wg.Wait()
+			alone, together, e := aloneAndTogether(t, m, Config{KVCacheDType: dt}, Config{KVCacheDType: dt, MaxNumBatchedTokens: 40}, reqs)
 			if e.Stats().Steps <= int64(len(reqs)) {
 				t.Errorf("%d steps for %d requests: they did not share steps as expected", e.Stats().Steps, len(reqs))
 			}
@@ -257,6 +247,25 @@ func TestBatchInvariance(t *testing.T) {
 			}
 		})
 	}
+}
+
+// aloneAndTogether runs each request alone on a fresh engine of config
+// aloneCfg, then all of them at once on one engine of config togetherCfg,
+// which it returns with both sets of results.
+func aloneAndTogether(t *testing.T, m *runtime.Model, aloneCfg, togetherCfg Config, reqs []*Request) (alone, together []result, e *Engine) {
+	t.Helper()
+	alone = make([]result, len(reqs))
+	for i, r := range reqs {
+		alone[i] = run(t, newEngine(t, m, aloneCfg), r)
+	}
+	e = newEngine(t, m, togetherCfg)
+	together = make([]result, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() { together[i] = run(t, e, r) })
+	}
+	wg.Wait()
+	return alone, together, e
 }
 
 func equalPos(a, b PositionLogprobs) bool {
@@ -312,17 +321,7 @@ func TestPreemption(t *testing.T) {
 	for range 6 {
 		reqs = append(reqs, &Request{Prompt: randomPrompt(rng, 20+rng.IntN(20)), MaxTokens: 40, Logprobs: 1, PromptLogprobs: -1})
 	}
-	alone := make([]result, len(reqs))
-	for i, r := range reqs {
-		alone[i] = run(t, newEngine(t, m, cfg), r)
-	}
-	e := newEngine(t, m, cfg)
-	together := make([]result, len(reqs))
-	var wg sync.WaitGroup
-	for i, r := range reqs {
-		wg.Go(func() { together[i] = run(t, e, r) })
-	}
-	wg.Wait()
+	alone, together, e := aloneAndTogether(t, m, cfg, cfg, reqs)
 	if e.Stats().Preemptions == 0 {
 		t.Error("no preemption happened; the test does not test it")
 	}
