@@ -51,7 +51,7 @@ type cudaLayer struct {
 type cudaActs struct {
 	t, rows, tables                         int
 	x, h, n, q, k, v, att, gate, up, logits cuda.Buf
-	ids, pos, seq, rowsIdx, partOff         cuda.Buf
+	ids, pos, seq, rowsIdx, partOff, work   cuda.Buf
 	tablesBuf                               cuda.Buf
 }
 
@@ -202,7 +202,7 @@ func (e *CUDAExecutor) reserve(t, rows, tables int) error {
 	if t <= a.t && rows <= a.rows && tables <= a.tables {
 		return nil
 	}
-	for _, b := range []cuda.Buf{a.x, a.h, a.n, a.q, a.k, a.v, a.att, a.gate, a.up, a.logits, a.ids, a.pos, a.seq, a.rowsIdx, a.partOff, a.tablesBuf} {
+	for _, b := range []cuda.Buf{a.x, a.h, a.n, a.q, a.k, a.v, a.att, a.gate, a.up, a.logits, a.ids, a.pos, a.seq, a.rowsIdx, a.partOff, a.work, a.tablesBuf} {
 		e.free(b)
 	}
 	d := e.m.d
@@ -215,7 +215,7 @@ func (e *CUDAExecutor) reserve(t, rows, tables int) error {
 		elems int
 	}{{&n.x, t * d.hidden}, {&n.h, t * d.hidden}, {&n.n, t * d.hidden}, {&n.q, t * qd}, {&n.k, t * kvd}, {&n.v, t * kvd},
 		{&n.att, t * qd}, {&n.gate, t * d.inter}, {&n.up, t * d.inter}, {&n.logits, rows * d.vocab},
-		{&n.ids, t}, {&n.pos, t}, {&n.seq, t}, {&n.rowsIdx, rows}, {&n.partOff, t}, {&n.tablesBuf, tables}} {
+		{&n.ids, t}, {&n.pos, t}, {&n.seq, t}, {&n.rowsIdx, rows}, {&n.partOff, t}, {&n.work, 2 * t}, {&n.tablesBuf, tables}} {
 		if *f.dst, err = e.alloc(4 * f.elems); err != nil {
 			e.act = cudaActs{}
 			return err
@@ -269,11 +269,11 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 	if err := e.reserve(T, max(rows, 1), len(tables)); err != nil {
 		return nil, err
 	}
-	partOff, parts := cuda.PartOffsets(pos)
-	if err := e.d.ReserveAttention(parts, d.heads, d.headDim); err != nil {
+	plan := cuda.PlanAttention(seq, pos, d.heads, &e.layers[0].kv, stride*e.blockSize)
+	if err := e.d.ReserveAttention(plan.Parts, d.heads, d.headDim); err != nil {
 		return nil, err
 	}
-	key := graphKey{T, stride}
+	key := graphKey{T, stride, plan.Split}
 	g := e.graphs[key]
 	if g != nil && (g.Gen != e.d.Generation() || e.graphGen[key] != e.bufGen) {
 		e.d.Destroy(g)
@@ -286,7 +286,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 		for _, in := range []struct {
 			dst cuda.Buf
 			src []int32
-		}{{a.ids, ids}, {a.pos, pos}, {a.seq, seq}, {a.tablesBuf, tables}, {a.rowsIdx, rowIdx}, {a.partOff, partOff}} {
+		}{{a.ids, ids}, {a.pos, pos}, {a.seq, seq}, {a.tablesBuf, tables}, {a.rowsIdx, rowIdx}, {a.partOff, plan.PartOff}, {a.work, plan.Work}} {
 			if err := k.UploadTo(in.dst, i32Bytes(in.src)); err != nil {
 				return err
 			}
@@ -295,7 +295,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 			if err := k.Launch(g); err != nil {
 				return err
 			}
-		} else if err := e.step(k, T, rows, stride, parts); err != nil {
+		} else if err := e.step(k, T, rows, stride, plan); err != nil {
 			return err
 		}
 		if rows == 0 {
@@ -308,7 +308,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 	}
 	if decode && g == nil && len(e.graphs) < maxGraphs {
 		// The eager run just sized every buffer this shape needs.
-		if g, err := e.d.Capture(func(k *cuda.K) error { return e.step(k, T, rows, stride, parts) }); err == nil {
+		if g, err := e.d.Capture(func(k *cuda.K) error { return e.step(k, T, rows, stride, plan) }); err == nil {
 			e.graphs[key] = g
 			e.graphGen[key] = e.bufGen
 		}
@@ -319,20 +319,23 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 	return logits, nil
 }
 
-// maxGraphs bounds the captured decode graphs (one per batch size and
-// table width seen).
+// maxGraphs bounds the captured decode graphs (one per batch size, table
+// width and attention mode seen).
 const maxGraphs = 512
 
-type graphKey struct{ tokens, stride int }
+type graphKey struct {
+	tokens, stride int
+	split          bool
+}
 
 // step launches one forward over the batch described by the input buffers
-// (act.ids, pos, seq, tables, rows): T tokens, rows logits rows, block
-// tables of stride entries.
-func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride, parts int) error {
+// (act.ids, pos, seq, tables, rows, partOff, work): T tokens, rows logits
+// rows, block tables of stride entries, attention as plan says.
+func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride int, plan cuda.AttentionPlan) error {
 	d, a := e.m.d, &e.act
 	scale := float32(1 / math.Sqrt(float64(d.headDim)))
 	x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
-	bt := &cuda.Batch{Tables: a.tablesBuf, Seq: a.seq, Pos: a.pos, PartOff: a.partOff, Stride: stride, Parts: parts}
+	bt := &cuda.Batch{Tables: a.tablesBuf, Seq: a.seq, Pos: a.pos, PartOff: a.partOff, Work: a.work, Stride: stride, Plan: plan}
 	if err := k.Embed(x, e.embed, a.ids, T, d.hidden); err != nil {
 		return err
 	}

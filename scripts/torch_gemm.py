@@ -8,7 +8,10 @@ TF32 off (float32 activations: the numerics lowbit's kernel keeps).
     python3 scripts/torch_gemm.py --tokens 1024 > torch_gemm.json
 
 Prints one JSON object: {"T": .., "shapes": {"OUTxIN": {"bf16_tflops": ..,
-"fp32_tflops": ..}}}.
+"fp32_tflops": ..}}, "sdpa": {"T": {...}}}: sdpa is causal prefill
+attention (torch.nn.functional.scaled_dot_product_attention, 32 query heads,
+8 KV heads, head_dim 128, the default backend choice) over T tokens, T 1024
+and 8192, FLOPs counted as 4·H·Dh per (query, key) pair at or before it.
 """
 import argparse
 import json
@@ -30,6 +33,25 @@ def tflops(x, w, reps=20):
     return 2 * x.shape[0] * w.shape[0] * w.shape[1] / sec / 1e12
 
 
+def sdpa_tflops(T, dtype, reps=10):
+    H, KVH, Dh = 32, 8, 128
+    q = torch.randn(1, H, T, Dh, device="cuda", dtype=dtype)
+    k = torch.randn(1, KVH, T, Dh, device="cuda", dtype=dtype)
+    v = torch.randn(1, KVH, T, Dh, device="cuda", dtype=dtype)
+    f = torch.nn.functional.scaled_dot_product_attention
+    for _ in range(3):
+        f(q, k, v, is_causal=True, enable_gqa=True)
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps):
+        f(q, k, v, is_causal=True, enable_gqa=True)
+    e.record()
+    torch.cuda.synchronize()
+    sec = s.elapsed_time(e) / 1e3 / reps
+    return 4 * H * Dh * T * (T + 1) / 2 / sec / 1e12
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=1024)
@@ -43,6 +65,12 @@ def main():
         out["shapes"][f"{o}x{i}"] = {
             "bf16_tflops": round(tflops(x.bfloat16(), w.bfloat16()), 1),
             "fp32_tflops": round(tflops(x, w), 1),
+        }
+    out["sdpa"] = {}
+    for T in (1024, 8192):
+        out["sdpa"][str(T)] = {
+            "bf16_tflops": round(sdpa_tflops(T, torch.bfloat16), 1),
+            "fp32_tflops": round(sdpa_tflops(T, torch.float32), 1),
         }
     print(json.dumps(out))
 

@@ -14,12 +14,13 @@ import (
 	"github.com/lowbit-ai/lowbit/kernels"
 )
 
-// BenchmarkKernels times single kernels of a Qwen3-8B decode step on the
+// BenchmarkKernels times single kernels of the Qwen3-8B shape on the
 // device, each replayed from a graph of 20 launches (so launch overhead is
 // out), beside the copy roofline measured in the same run: the BF16 GEMV
 // of the q/o (4096×4096) and gate/up (12288×4096) projections and the
-// lm_head (151936×4096), and decode attention over 1,024 and 8,192
-// positions (32 heads, 8 KV heads, head_dim 128, BF16 cache).
+// lm_head (151936×4096), decode attention over 1,024 and 8,192 positions
+// (32 heads, 8 KV heads, head_dim 128, BF16 cache); and beside PyTorch in
+// the same call: prefill GEMMs and causal prefill attention.
 //
 //	kernels_cuda.test -test.run XXX -test.bench Kernels
 func BenchmarkKernels(b *testing.B) {
@@ -124,53 +125,81 @@ func BenchmarkKernels(b *testing.B) {
 			}
 		})
 	}
+	// Attention (32 query heads, 8 KV heads, head_dim 128, BF16 paged
+	// cache): a decode step over ctx positions (bytes: the K and V read),
+	// and a prefill of T tokens over their own causal context (FLOPs:
+	// 4·H·Dh a (query, key) pair), beside PyTorch's SDPA on the same shape.
+	const H, KVH, Dh, bs = 32, 8, 128, 16
+	attention := func(b *testing.B, T, ctx int) float64 {
+		p := &KVPool{DType: kernels.KVBF16, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
+		pool := ctx * KVH * Dh * 2
+		p.K, _ = d.Alloc(pool)
+		p.V, _ = d.Alloc(pool)
+		defer d.Free(p.K)
+		defer d.Free(p.V)
+		d.Upload(p.K, randBF16(pool/2))
+		d.Upload(p.V, randBF16(pool/2))
+		tables := make([]int32, ctx/bs)
+		for i := range tables {
+			tables[i] = int32(i)
+		}
+		seq, pos := make([]int32, T), make([]int32, T)
+		for t := range pos {
+			pos[t] = int32(ctx - T + t)
+		}
+		bt := &Batch{Stride: len(tables), Plan: PlanAttention(seq, pos, H, p, ctx)}
+		if err := d.ReserveAttention(bt.Plan.Parts, H, Dh); err != nil {
+			b.Fatal(err)
+		}
+		for _, a := range []struct {
+			dst *Buf
+			src []int32
+		}{{&bt.Tables, tables}, {&bt.Seq, seq}, {&bt.Pos, pos}, {&bt.PartOff, bt.Plan.PartOff}, {&bt.Work, bt.Plan.Work}} {
+			*a.dst, _ = d.Alloc(4 * len(a.src))
+			defer d.Free(*a.dst)
+			d.Upload(*a.dst, unsafe.Slice((*byte)(unsafe.Pointer(&a.src[0])), 4*len(a.src)))
+		}
+		q, _ := d.Alloc(4 * T * H * Dh)
+		qs := make([]float32, T*H*Dh)
+		for i := range qs {
+			qs[i] = float32(rng.NormFloat64())
+		}
+		d.Upload(q, unsafe.Slice((*byte)(unsafe.Pointer(&qs[0])), 4*len(qs)))
+		out, _ := d.Alloc(4 * T * H * Dh)
+		defer d.Free(q)
+		defer d.Free(out)
+		bytes := 0.0
+		if T == 1 {
+			bytes = float64(2 * pool)
+		}
+		return timeGraph(b, func(k *K) error { return k.AttentionBatch(out, q, p, bt, T, H, 0.088) }, bytes)
+	}
 	for _, ctx := range []int{1024, 8192} {
-		b.Run(fmt.Sprintf("attention-decode/ctx=%d", ctx), func(b *testing.B) {
-			const H, KVH, Dh, bs = 32, 8, 128, 16
-			p := &KVPool{DType: kernels.KVBF16, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
-			pool := ctx * KVH * Dh * 2
-			p.K, _ = d.Alloc(pool)
-			p.V, _ = d.Alloc(pool)
-			defer d.Free(p.K)
-			defer d.Free(p.V)
-			d.Upload(p.K, randBF16(pool/2))
-			d.Upload(p.V, randBF16(pool/2))
-			tables := make([]int32, ctx/bs)
-			for i := range tables {
-				tables[i] = int32(i)
+		b.Run(fmt.Sprintf("attention-decode/ctx=%d", ctx), func(b *testing.B) { attention(b, 1, ctx) })
+	}
+	for _, T := range []int{1024, 8192} {
+		b.Run(fmt.Sprintf("attention-prefill/T=%d", T), func(b *testing.B) {
+			per := attention(b, T, T)
+			tf := 4 * float64(H*Dh) * float64(T) * float64(T+1) / 2 / per / 1e12
+			b.ReportMetric(tf, "TFLOP/s")
+			if t, ok := torch.SDPA[fmt.Sprint(T)]; ok {
+				b.ReportMetric(tf/t.BF16, "of-torch-sdpa-bf16")
+				b.ReportMetric(tf/t.FP32, "of-torch-sdpa-fp32")
 			}
-			pos := []int32{int32(ctx - 1)}
-			off, parts := PartOffsets(pos)
-			bt := &Batch{Stride: len(tables), Parts: parts}
-			for _, a := range []struct {
-				dst *Buf
-				src []int32
-			}{{&bt.Tables, tables}, {&bt.Seq, []int32{0}}, {&bt.Pos, pos}, {&bt.PartOff, off}} {
-				*a.dst, _ = d.Alloc(4 * len(a.src))
-				defer d.Free(*a.dst)
-				d.Upload(*a.dst, unsafe.Slice((*byte)(unsafe.Pointer(&a.src[0])), 4*len(a.src)))
-			}
-			q, _ := d.Alloc(4 * H * Dh)
-			qs := make([]float32, H*Dh)
-			for i := range qs {
-				qs[i] = float32(rng.NormFloat64())
-			}
-			d.Upload(q, unsafe.Slice((*byte)(unsafe.Pointer(&qs[0])), 4*len(qs)))
-			out, _ := d.Alloc(4 * H * Dh)
-			defer d.Free(q)
-			defer d.Free(out)
-			timeGraph(b, func(k *K) error { return k.AttentionBatch(out, q, p, bt, 1, H, 0.088) }, float64(2*pool))
 		})
 	}
 }
 
 // torchGEMM is scripts/torch_gemm.py's output.
 type torchGEMM struct {
-	T      int `json:"T"`
-	Shapes map[string]struct {
-		BF16 float64 `json:"bf16_tflops"`
-		FP32 float64 `json:"fp32_tflops"`
-	} `json:"shapes"`
+	T      int                    `json:"T"`
+	Shapes map[string]torchTFLOPs `json:"shapes"`
+	SDPA   map[string]torchTFLOPs `json:"sdpa"` // causal prefill of T tokens, keyed by T
+}
+
+type torchTFLOPs struct {
+	BF16 float64 `json:"bf16_tflops"`
+	FP32 float64 `json:"fp32_tflops"`
 }
 
 func readTorchGEMM(b *testing.B) torchGEMM {

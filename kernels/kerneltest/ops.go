@@ -226,11 +226,16 @@ func attentionCases() []testCase {
 			k++
 		}
 	}
-	// Long decode, and scores too large for exp without the max subtracted.
+	// Long decode, and scores too large for exp without the max subtracted;
+	// then prefills longer than 128 tokens (kernels may switch strategy
+	// past a batch size: kernels/cuda splits a context over blocks only up
+	// to 128 tokens).
 	cases = append(cases,
 		attentionCase(1, 2047, 8, 2, 128, 1),
 		attentionCase(2, 1000, 4, 1, 64, 1),
 		attentionCase(9, 40, 4, 2, 64, 40),
+		attentionCase(150, 30, 8, 2, 128, 1),
+		attentionCase(133, 0, 16, 4, 64, 40),
 	)
 	return cases
 }

@@ -140,3 +140,44 @@ __device__ __forceinline__ void mma_put_terms(u32 *xs, int nc, int t, int col, f
 	for (int j = 0; j < 3; j++) xs[(base + j * 32) * 2 + (in16 >> 3)] = tm[j];
 }
 
+// mma_bf16 accumulates a 16×8 float32 fragment d += A·B for one A fragment
+// and one B fragment (2 words).
+__device__ __forceinline__ void mma_bf16(float *d, uint4 a, u32 b0, u32 b1) {
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+// smem_u32 is the shared-memory address of a pointer into shared memory.
+__device__ __forceinline__ u32 smem_u32(const void *p) {
+	u32 d;
+	asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(p));
+	return d;
+}
+
+// cp_async16 copies 16 bytes from global to shared memory without
+// registers (cp.async, completed by cp_async_wait).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// cp_async_wait1 waits for all but the latest committed group.
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// ldsm_x4 loads four 8×8 BF16 matrices from shared memory (ldmatrix): lane
+// l gives the address of row l & 7 of matrix l >> 3 and receives, in r[i],
+// matrix i's row l >> 2, elements 2(l & 3) and 2(l & 3) + 1 (ldsm_x4_t:
+// of the transposed matrix).
+__device__ __forceinline__ void ldsm_x4(u32 *r, const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(smem_u32(p))
+	             : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 *r, const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(smem_u32(p))
+	             : "memory");
+}

@@ -39,14 +39,6 @@
 #define MMA_TOK_PAD 64
 #define MMA_GEMV_GROUPS 4 // token groups of 8 one gemv block carries at most
 
-// mma_bf16 accumulates a 16×8 float32 fragment d += A·B for one A fragment
-// and one B fragment (2 words).
-__device__ __forceinline__ void mma_bf16(float *d, uint4 a, u32 b0, u32 b1) {
-	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-	    : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
-
 // mma_load_x returns x[t, col] or 0 outside [T, in].
 __device__ __forceinline__ float mma_load_x(const float *x, int T, int in, int t, int col) {
 	return (t < T && col < in) ? x[(i64)t * in + col] : 0.0f;
@@ -97,17 +89,6 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 		p[j * 32] = v;
 	}
 }
-
-// cp_async16 copies 16 bytes from global to shared memory without
-// registers (cp.async, completed by cp_async_wait).
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-	u32 d;
-	asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// cp_async_wait1 waits for all but the latest committed group.
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 #define MMA_GEMV_WARPS 4
 

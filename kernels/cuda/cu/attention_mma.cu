@@ -1,0 +1,340 @@
+// attention_mma.cu: attention.cu's attention (causal, grouped-query, over a
+// contiguous or paged float32, BF16 or E4M3 cache) on the tensor cores, for
+// head dims 16, 32, 64 and 128 and up to 16 query heads a KV head (16 a
+// multiple of the group), with float32 results.
+//
+// Numerics, the contract both modes and lb_flash_merge keep: position p's
+// context is cut into chunks of FA_CHUNK positions at multiples of
+// FA_CHUNK. For chunk c a row (token t, query head h) gets
+//   s_j = (q·k_j)·scale for j ≤ p in the chunk, −inf past p;
+//   m_c = max_j s_j, P_j = exp(s_j − m_c), l_c = Σ_j P_j, o_c = Σ_j P_j·v_j.
+// q and P are split into three BF16 terms as matmul_mma.cu splits its
+// activations; k and v are their BF16 values (a BF16 cache) or are split
+// the same way (float32; E4M3 codes times the scale). A product is the
+// mma of the six term pairs whose weight reaches 2^-24 (hi·hi, mid·hi,
+// lo·hi, hi·mid, mid·mid, hi·lo; the first three only for a BF16 cache),
+// head-dim chunk of 16 by chunk (positions by 16 for o_c), accumulated in
+// float32 by the tensor cores in that order. The chunks then fold in order:
+// (M, L, O) = chunk 0's; for c > 0, M' = max(M, m_c), a = exp(M − M'),
+// b = exp(m_c − M'), L = L·a + l_c·b, O = O·a + o_c·b; out = O / L.
+// A row's result depends only on its q and its cache up to p: neither the
+// rows that share its tile, nor how chunks are spread over blocks, nor the
+// batch changes a bit (masked positions give P = 0 exactly, and an mma row
+// never sees another row).
+//
+// Layout: q, out [T, H, Dh] float32. A tile is 16 rows: 16 / G tokens × the
+// G query heads of KV head blockIdx.y (G = H / KVH), row r = token r / G,
+// head r % G. work[2b], work[2b + 1] are block b's first token and token
+// count (one sequence, consecutive positions); its warp w takes tokens
+// w·16/G onwards. Shared memory: q terms [warps][3][16][Dh + 8], then k and
+// v terms [KT][FA_CHUNK][Dh + 8] each (rows padded by 16 bytes so that
+// ldmatrix's 8 rows fall in different banks); KT is 1 for a BF16 cache, 3
+// otherwise.
+//
+// Two modes. Whole (gridDim.z = 1): a block runs every chunk of its tokens
+// in order, its warps sharing each chunk's k and v, folds in registers and
+// writes out. Split (flash-decoding, gridDim.z = Z): block z runs chunks
+// z, z + Z, ... and writes each chunk's (m_c, l_c, o_c) to partials
+// [part_off[t] + c, H, Dh + 2]; lb_flash_merge folds them per (t, h).
+#define FA_CHUNK 64
+
+// fa_weights moves the running max M to max(M, m) and returns the factors
+// of the running sums (a) and of the chunk's (b).
+__device__ __forceinline__ void fa_weights(float *M, float m, float *a, float *b) {
+	float mn = nanmax(*M, m);
+	*a = expf(*M - mn);
+	*b = expf(m - mn);
+	*M = mn;
+}
+
+// fa_mix is X·a + x·b, rounded after each operation (no fused multiply-add,
+// so that every kernel that folds gets the same bits).
+__device__ __forceinline__ float fa_mix(float X, float a, float x, float b) {
+	return __fadd_rn(__fmul_rn(X, a), __fmul_rn(x, b));
+}
+
+// fa_load puts chunk positions p0 .. p0 + FA_CHUNK − 1 of KV head kh into
+// shared memory as terms, zeros past pmax (never read from the cache: a
+// table entry past the sequence may be anything).
+template <int DH, int KT>
+__device__ __forceinline__ void fa_load(u16 *ks, u16 *vs, const u8 *kp, const u8 *vp, int dtype, float kscale,
+                                        float vscale, const int *blocks, int bs, int KVH, int kh, int p0, int pmax) {
+	constexpr int LD = DH + 8;
+	if (KT == 1) { // BF16 rows copied as they are
+		constexpr int U = DH / 8;
+		for (int i = threadIdx.x; i < FA_CHUNK * U; i += blockDim.x) {
+			int j = i / U, u = i % U, p = p0 + j;
+			u16 *kd = ks + j * LD + u * 8, *vd = vs + j * LD + u * 8;
+			if (p <= pmax) {
+				i64 off = ((kv_row(blocks, bs, p) * KVH + kh) * DH + u * 8) * 2;
+				cp_async16(kd, kp + off);
+				cp_async16(vd, vp + off);
+			} else {
+				uint4 z;
+				z.x = z.y = z.z = z.w = 0u;
+				*(uint4 *)kd = z;
+				*(uint4 *)vd = z;
+			}
+		}
+		cp_async_commit();
+		cp_async_wait0();
+		return;
+	}
+	for (int i = threadIdx.x; i < FA_CHUNK * DH / 2; i += blockDim.x) {
+		int j = i / (DH / 2), d = 2 * (i % (DH / 2)), p = p0 + j;
+		float k0 = 0.0f, k1 = 0.0f, v0 = 0.0f, v1 = 0.0f;
+		if (p <= pmax) {
+			i64 off = (kv_row(blocks, bs, p) * KVH + kh) * DH + d;
+			k0 = kv_load(kp, off, dtype, kscale);
+			k1 = kv_load(kp, off + 1, dtype, kscale);
+			v0 = kv_load(vp, off, dtype, vscale);
+			v1 = kv_load(vp, off + 1, dtype, vscale);
+		}
+		u32 kt[3], vt[3];
+		mma_terms(k0, k1, &kt[0], &kt[1], &kt[2]);
+		mma_terms(v0, v1, &vt[0], &vt[1], &vt[2]);
+#pragma unroll
+		for (int m = 0; m < 3; m++) {
+			*(u32 *)(ks + (m * FA_CHUNK + j) * LD + d) = kt[m];
+			*(u32 *)(vs + (m * FA_CHUNK + j) * LD + d) = vt[m];
+		}
+	}
+}
+
+__device__ __forceinline__ uint4 fa_frag(const u32 *r) {
+	uint4 a;
+	a.x = r[0], a.y = r[1], a.z = r[2], a.w = r[3];
+	return a;
+}
+
+template <int DH, int KT, bool SPLIT>
+__device__ __forceinline__ void fa_run(float *out, float *partials, const float *q, const u8 *kp, const u8 *vp,
+                                       int dtype, float kscale, float vscale, const int *tables, int stride,
+                                       const int *seq, const int *pos, const int *part_off, const int *work, int bs,
+                                       int H, int KVH, float scale) {
+	constexpr int LD = DH + 8, NT = DH / 8, DC = DH / 16, NP = KT == 1 ? 3 : 6;
+	// The term pairs in order: (q or P term, k or v term).
+	const int at[6] = {0, 1, 2, 0, 1, 0}, bt[6] = {0, 0, 0, 1, 1, 2};
+	extern __shared__ uint4 fa_smem[];
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, qd = lane & 3;
+	int kh = blockIdx.y, G = H / KVH, R = 16 / G;
+	int t0 = work[2 * blockIdx.x], n = work[2 * blockIdx.x + 1];
+	u16 *qs = (u16 *)fa_smem + w * 3 * 16 * LD;
+	u16 *ks = (u16 *)fa_smem + W * 3 * 16 * LD, *vs = ks + KT * FA_CHUNK * LD;
+	const int *blocks = tables ? tables + (i64)seq[t0] * stride : 0;
+	int pmax = pos[t0 + n - 1];
+	int wt = t0 + w * R, wn = min(R, n - w * R);
+	// This lane's rows g and g + 8: position (−1: a row past the tile's
+	// tokens) and query head.
+	int prow[2], hrow[2];
+#pragma unroll
+	for (int e = 0; e < 2; e++) {
+		int r = g + 8 * e, tt = r / G;
+		prow[e] = (r < R * G && tt < wn) ? pos[wt + tt] : -1;
+		hrow[e] = kh * G + r % G;
+	}
+	int wpmax = wn > 0 ? pos[wt + wn - 1] : -1;
+	for (int i = lane; i < 16 * DH / 2; i += 32) {
+		int r = i / (DH / 2), d = 2 * (i % (DH / 2)), tt = r / G;
+		float a = 0.0f, b = 0.0f;
+		if (r < R * G && tt < wn) {
+			const float *qv = q + ((i64)(wt + tt) * H + kh * G + r % G) * DH + d;
+			a = qv[0];
+			b = qv[1];
+		}
+		u32 tm[3];
+		mma_terms(a, b, &tm[0], &tm[1], &tm[2]);
+#pragma unroll
+		for (int m = 0; m < 3; m++) *(u32 *)(qs + (m * 16 + r) * LD + d) = tm[m];
+	}
+	__syncwarp();
+	const float ninf = -__int_as_float(0x7f800000);
+	float M[2] = {ninf, ninf}, L[2] = {0.0f, 0.0f}, oacc[SPLIT ? 1 : NT][4];
+	if (!SPLIT)
+#pragma unroll
+		for (int nn = 0; nn < (SPLIT ? 1 : NT); nn++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) oacc[nn][e] = 0.0f;
+	for (int c = SPLIT ? blockIdx.z : 0; c * FA_CHUNK <= pmax; c += SPLIT ? gridDim.z : 1) {
+		__syncthreads(); // every warp is done with the previous chunk
+		fa_load<DH, KT>(ks, vs, kp, vp, dtype, kscale, vscale, blocks, bs, KVH, kh, c * FA_CHUNK, pmax);
+		__syncthreads();
+		if (wpmax < c * FA_CHUNK) continue;
+		float s[8][4];
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) s[j][e] = 0.0f;
+#pragma unroll
+		for (int dc = 0; dc < DC; dc++) {
+			u32 qa[3][4];
+#pragma unroll
+			for (int m = 0; m < 3; m++) ldsm_x4(qa[m], qs + (m * 16 + (lane & 15)) * LD + dc * 16 + (lane >> 4) * 8);
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				u32 kb[KT][4];
+#pragma unroll
+				for (int m = 0; m < KT; m++)
+					ldsm_x4(kb[m], ks + (m * FA_CHUNK + 16 * i + ((lane >> 4) & 1) * 8 + (lane & 7)) * LD + dc * 16 +
+					                   ((lane >> 3) & 1) * 8);
+#pragma unroll
+				for (int pi = 0; pi < NP; pi++) {
+					uint4 a = fa_frag(qa[at[pi]]);
+					mma_bf16(s[2 * i], a, kb[bt[pi]][0], kb[bt[pi]][1]);
+					mma_bf16(s[2 * i + 1], a, kb[bt[pi]][2], kb[bt[pi]][3]);
+				}
+			}
+		}
+		// Fragment element e of s[j]: row g + 8·(e >> 1), position
+		// c·FA_CHUNK + 8j + 2·qd + (e & 1).
+		float mx[2] = {ninf, ninf}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float v = s[j][e] * scale;
+				if (c * FA_CHUNK + 8 * j + 2 * qd + (e & 1) > prow[e >> 1]) v = ninf;
+				s[j][e] = v;
+				mx[e >> 1] = nanmax(mx[e >> 1], v);
+			}
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+			mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float pe = expf(s[j][e] - mx[e >> 1]);
+				s[j][e] = pe;
+				l[e >> 1] += pe;
+			}
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
+			l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
+		}
+		float o[NT][4];
+#pragma unroll
+		for (int nn = 0; nn < NT; nn++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) o[nn][e] = 0.0f;
+#pragma unroll
+		for (int kc = 0; kc < 4; kc++) {
+			// P's A fragment for positions 16kc .. 16kc + 15: s[2kc] and
+			// s[2kc + 1] side by side, as three BF16 terms.
+			u32 pa[3][4];
+			mma_terms(s[2 * kc][0], s[2 * kc][1], &pa[0][0], &pa[1][0], &pa[2][0]);
+			mma_terms(s[2 * kc][2], s[2 * kc][3], &pa[0][1], &pa[1][1], &pa[2][1]);
+			mma_terms(s[2 * kc + 1][0], s[2 * kc + 1][1], &pa[0][2], &pa[1][2], &pa[2][2]);
+			mma_terms(s[2 * kc + 1][2], s[2 * kc + 1][3], &pa[0][3], &pa[1][3], &pa[2][3]);
+#pragma unroll
+			for (int dp = 0; dp < NT / 2; dp++) {
+				u32 vb[KT][4];
+#pragma unroll
+				for (int m = 0; m < KT; m++)
+					ldsm_x4_t(vb[m], vs + (m * FA_CHUNK + 16 * kc + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD +
+					                     16 * dp + ((lane >> 4) & 1) * 8);
+#pragma unroll
+				for (int pi = 0; pi < NP; pi++) {
+					uint4 a = fa_frag(pa[at[pi]]);
+					mma_bf16(o[2 * dp], a, vb[bt[pi]][0], vb[bt[pi]][1]);
+					mma_bf16(o[2 * dp + 1], a, vb[bt[pi]][2], vb[bt[pi]][3]);
+				}
+			}
+		}
+		// Fragment element e of o[nn]: row g + 8·(e >> 1), dim 8nn + 2·qd + (e & 1).
+#pragma unroll
+		for (int e2 = 0; e2 < 2; e2++) {
+			if (prow[e2] < c * FA_CHUNK) continue; // no position of this row in the chunk
+			if (SPLIT) {
+				int t = wt + (g + 8 * e2) / G;
+				float *part = partials + (((i64)part_off[t] + c) * H + hrow[e2]) * (DH + 2);
+				if (qd == 0) {
+					part[0] = mx[e2];
+					part[1] = l[e2];
+				}
+#pragma unroll
+				for (int nn = 0; nn < NT; nn++) {
+					part[2 + 8 * nn + 2 * qd] = o[nn][2 * e2];
+					part[3 + 8 * nn + 2 * qd] = o[nn][2 * e2 + 1];
+				}
+			} else if (c == 0) {
+				M[e2] = mx[e2];
+				L[e2] = l[e2];
+#pragma unroll
+				for (int nn = 0; nn < (SPLIT ? 1 : NT); nn++) {
+					oacc[nn][2 * e2] = o[nn][2 * e2];
+					oacc[nn][2 * e2 + 1] = o[nn][2 * e2 + 1];
+				}
+			} else {
+				float a, b;
+				fa_weights(&M[e2], mx[e2], &a, &b);
+				L[e2] = fa_mix(L[e2], a, l[e2], b);
+#pragma unroll
+				for (int nn = 0; nn < (SPLIT ? 1 : NT); nn++) {
+					oacc[nn][2 * e2] = fa_mix(oacc[nn][2 * e2], a, o[nn][2 * e2], b);
+					oacc[nn][2 * e2 + 1] = fa_mix(oacc[nn][2 * e2 + 1], a, o[nn][2 * e2 + 1], b);
+				}
+			}
+		}
+	}
+	if (SPLIT) return;
+#pragma unroll
+	for (int e2 = 0; e2 < 2; e2++) {
+		if (prow[e2] < 0) continue;
+		float *ov = out + ((i64)(wt + (g + 8 * e2) / G) * H + hrow[e2]) * DH;
+#pragma unroll
+		for (int nn = 0; nn < (SPLIT ? 1 : NT); nn++) {
+			ov[8 * nn + 2 * qd] = __fdiv_rn(oacc[nn][2 * e2], L[e2]);
+			ov[8 * nn + 2 * qd + 1] = __fdiv_rn(oacc[nn][2 * e2 + 1], L[e2]);
+		}
+	}
+}
+
+// lb_flash_merge folds the chunks lb_flash_*_split wrote, in order, for
+// token blockIdx.x and query head blockIdx.y (the fold of the whole mode,
+// per element).
+extern "C" __global__ void lb_flash_merge(float *out, const float *partials, const int *pos, const int *part_off, int H,
+                                          int Dh) {
+	int t = blockIdx.x, h = blockIdx.y, n = pos[t] / FA_CHUNK + 1;
+	i64 zs = (i64)H * (Dh + 2);
+	const float *part = partials + ((i64)part_off[t] * H + h) * (Dh + 2);
+	for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
+		float M = part[0], L = part[1], O = part[2 + d];
+		for (int z = 1; z < n; z++) {
+			const float *pz = part + z * zs;
+			float a, b;
+			fa_weights(&M, pz[0], &a, &b);
+			L = fa_mix(L, a, pz[1], b);
+			O = fa_mix(O, a, pz[2 + d], b);
+		}
+		out[((i64)t * H + h) * Dh + d] = __fdiv_rn(O, L);
+	}
+}
+
+#define FA_PARAMS                                                                                                     \
+	float *out, float *partials, const float *q, const u8 *kp, const u8 *vp, int dtype, float kscale, float vscale, \
+	    const int *tables, int stride, const int *seq, const int *pos, const int *part_off, const int *work, int bs,  \
+	    int H, int KVH, float scale
+#define FA_ARGS                                                                                                      \
+	out, partials, q, kp, vp, dtype, kscale, vscale, tables, stride, seq, pos, part_off, work, bs, H, KVH, scale
+
+// lb_flash_d<head dim>_k<k and v terms>_<mode>: blocks of up to 4 warps.
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole(FA_PARAMS) { fa_run<16, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split(FA_PARAMS) { fa_run<16, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole(FA_PARAMS) { fa_run<16, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split(FA_PARAMS) { fa_run<16, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole(FA_PARAMS) { fa_run<32, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split(FA_PARAMS) { fa_run<32, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole(FA_PARAMS) { fa_run<32, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split(FA_PARAMS) { fa_run<32, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole(FA_PARAMS) { fa_run<64, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split(FA_PARAMS) { fa_run<64, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole(FA_PARAMS) { fa_run<64, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split(FA_PARAMS) { fa_run<64, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole(FA_PARAMS) { fa_run<128, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split(FA_PARAMS) { fa_run<128, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole(FA_PARAMS) { fa_run<128, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split(FA_PARAMS) { fa_run<128, 3, true>(FA_ARGS); }
