@@ -4,11 +4,14 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/lowbit-ai/lowbit/checkpoint"
 	"github.com/lowbit-ai/lowbit/kernels"
@@ -24,13 +27,24 @@ import (
 //
 //	go test ./runtime -run XXX -bench BenchmarkDecode -benchtime 16x
 //
-// The checkpoints (1.2 GB, 0.9 GB and 0.7 GB) are written once into
+// Each format runs twice, one right after the other against the same
+// bandwidth probe: "mmap", the default load (weights are views of the
+// mapped checkpoint), and "no-mmap", LoadOptions.NoMmap (weights copied
+// into huge-page memory); -bench 'BenchmarkDecode/.*/mmap' runs the first
+// alone. The checkpoints (1.2 GB, 0.9 GB and 0.7 GB) are written once into
 // os.TempDir()/lowbit-bench-qwen3-0.6b and reused.
 func BenchmarkDecode(b *testing.B) {
 	ops, bandwidth := benchBackend(b)
 	b.Logf("kernels %s; memory bandwidth %.2f GB/s", ops.Name(), bandwidth/1e9)
 	for _, v := range benchVariants {
-		b.Run(v.name, func(b *testing.B) { benchDecode(b, benchCheckpoint(b, v), ops, bandwidth) })
+		for _, load := range []struct {
+			name string
+			opts LoadOptions
+		}{{"mmap", LoadOptions{}}, {"no-mmap", LoadOptions{NoMmap: true}}} {
+			b.Run(v.name+"/"+load.name, func(b *testing.B) {
+				benchDecode(b, benchCheckpoint(b, v), load.opts, ops, bandwidth)
+			})
+		}
 	}
 }
 
@@ -76,9 +90,15 @@ func benchCheckpoint(b *testing.B, v struct {
 	return dst
 }
 
-// prefilled keeps, per checkpoint, a model whose sequence holds the prompt,
-// so that the benchmark's rounds (b.N = 1, then more) prefill once.
-var prefilled = map[string]*benchState{}
+// prefilled keeps, per checkpoint and load, a model whose sequence holds
+// the prompt, so that the benchmark's rounds (b.N = 1, then more) prefill
+// once.
+var prefilled = map[benchKey]*benchState{}
+
+type benchKey struct {
+	dir  string
+	opts LoadOptions
+}
 
 type benchState struct {
 	m       *Model
@@ -87,16 +107,25 @@ type benchState struct {
 	prefill time.Duration
 }
 
-func benchDecode(b *testing.B, dir string, ops kernels.Ops, bandwidth float64) {
-	st := prefilled[dir]
+func benchDecode(b *testing.B, dir string, opts LoadOptions, ops kernels.Ops, bandwidth float64) {
+	key := benchKey{dir, opts}
+	st := prefilled[key]
 	if st == nil {
-		m, err := Load(dir, ops)
+		t0 := time.Now()
+		m, err := LoadWith(dir, ops, opts)
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Logf("loaded in %v%s", time.Since(t0).Round(time.Millisecond), hugePages(m))
 		prompt := make([]int, benchPrompt)
 		for i := range prompt {
 			prompt[i] = (i*7919 + 13) % 151669
+		}
+		// One token first, so that the timed prefill does not include
+		// reading a mapped checkpoint from disk (a NoMmap load of another
+		// run drops the files from the page cache).
+		if _, err := m.Forward(m.NewSequence(1), prompt[:1]); err != nil {
+			b.Fatal(err)
 		}
 		seq := m.NewSequence(0)
 		var gs GenerateStats
@@ -108,7 +137,7 @@ func benchDecode(b *testing.B, dir string, ops kernels.Ops, bandwidth float64) {
 			b.Fatal(err)
 		}
 		st.prefill = gs.Prefill
-		prefilled[dir] = st
+		prefilled[key] = st
 	}
 	st.seq.Truncate(benchPrompt)
 	tok := st.next
@@ -134,4 +163,36 @@ func benchDecode(b *testing.B, dir string, ops kernels.Ops, bandwidth float64) {
 	b.ReportMetric(roofline, "roofline-tok/s")
 	b.ReportMetric(decode/roofline, "of-roofline")
 	b.ReportMetric(bandwidth/1e9, "mem-GB/s")
+}
+
+// hugePages describes how much of a NoMmap model's arena the kernel backs
+// with transparent huge pages (AnonHugePages of /proc/self/smaps), or
+// returns "" for a mapped model or without /proc.
+func hugePages(m *Model) string {
+	if m.arena == nil {
+		return ""
+	}
+	buf := m.arena.bytes()
+	lo := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	hi := lo + uint64(len(buf))
+	f, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		return ""
+	}
+	var kB int64
+	inside := false
+	for _, line := range strings.Split(string(f), "\n") {
+		var start, end uint64
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &start, &end); n == 2 {
+			inside = start < hi && end > lo
+			continue
+		}
+		var v int64
+		if inside && strings.HasPrefix(line, "AnonHugePages:") {
+			if _, err := fmt.Sscanf(line, "AnonHugePages: %d kB", &v); err == nil {
+				kB += v
+			}
+		}
+	}
+	return fmt.Sprintf("; %d of %d MiB of weights in huge pages", kB>>10, len(buf)>>20)
 }

@@ -92,4 +92,15 @@
 // 16 weights); norm gains are float32 copies. The embedding stays a BF16
 // view and the rows of the tokens of each forward are converted on the fly,
 // rather than holding a float32 copy twice its size (2.5 GB for Qwen3-8B).
+//
+// LoadWith with LoadOptions.NoMmap (lowbit's --no-mmap, after llama.cpp's)
+// trades that zero-copy load for decode speed on the CPU: the linear
+// weights, their scales and the embedding are copied into one anonymous
+// buffer, 2 MiB aligned and advised to use transparent huge pages, and the
+// checkpoint is unmapped and dropped from the page cache. The kernels read
+// the same bytes, so the logits are bit-identical; a decode step streams
+// its weights through huge pages' TLB entries instead of 4 KiB file pages
+// (BENCHMARKS.md measures the difference). The cost is the copy at load,
+// and memory that is private to the process and not evictable, where a
+// mapping's clean pages are shared and reclaimable.
 package runtime

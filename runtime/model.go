@@ -25,6 +25,7 @@ type Model struct {
 	norm   []float32 // [hidden]
 	lmHead kernels.Weight
 	notes  []string
+	arena  *arena // the weights of a LoadOptions.NoMmap model; nil when they are views of the mapping
 }
 
 // dims are the sizes and constants of the forward pass.
@@ -77,8 +78,14 @@ type layer struct {
 // does not implement (qwen3_moe, qwen3_5, qwen3_5_moe, sliding windows, RoPE
 // scaling, attention biases) are errors wrapping ErrUnsupported.
 //
-// The Model keeps the checkpoint mapped until Close.
+// The Model keeps the checkpoint mapped until Close; LoadWith with
+// LoadOptions.NoMmap copies what the forward reads and unmaps it instead.
 func Load(dir string, ops kernels.Ops) (*Model, error) {
+	return LoadWith(dir, ops, LoadOptions{})
+}
+
+// LoadWith is Load with options.
+func LoadWith(dir string, ops kernels.Ops, opts LoadOptions) (*Model, error) {
 	if ops == nil {
 		return nil, errors.New("runtime: Load needs kernels.Ops")
 	}
@@ -108,6 +115,12 @@ func Load(dir string, ops kernels.Ops) (*Model, error) {
 	if err := b.err(); err != nil {
 		ck.Close()
 		return nil, err
+	}
+	if opts.NoMmap {
+		if err := m.moveWeights(); err != nil {
+			m.Close()
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -213,9 +226,15 @@ func (m *Model) bind(b *binder, s scheme) {
 	b.leftovers(skip)
 }
 
-// Close unmaps the checkpoint. The Model and its Sequences must not be used
-// afterwards.
-func (m *Model) Close() error { return m.ck.Close() }
+// Close unmaps the checkpoint (or frees the copy of LoadOptions.NoMmap).
+// The Model and its Sequences must not be used afterwards.
+func (m *Model) Close() error {
+	err := m.ck.Close()
+	if aerr := m.arena.free(); err == nil {
+		err = aerr
+	}
+	return err
+}
 
 // Config returns the parsed config.json.
 func (m *Model) Config() *checkpoint.Config { return m.cfg }
