@@ -20,7 +20,7 @@ func newGenerateCmd() *cobra.Command {
 	var (
 		model, prompt, backend string
 		maxTokens              int
-		chat                   bool
+		chat, noMmap           bool
 		s                      runtime.SamplingOptions
 	)
 	cmd := &cobra.Command{
@@ -60,7 +60,7 @@ generation_config.json, as vLLM's server does; the flags override it
 			if err := gen.Sampling.Validate(); err != nil {
 				return usageError{err}
 			}
-			m, err := runtime.Load(model, ops)
+			m, err := runtime.LoadWith(model, ops, runtime.LoadOptions{NoMmap: noMmap})
 			if err != nil {
 				return err
 			}
@@ -102,10 +102,16 @@ generation_config.json, as vLLM's server does; the flags override it
 	f.Float64Var(&s.MinP, "min-p", 0, "min-p; 0 is off (default: generation_config.json)")
 	f.Uint64Var(&s.Seed, "seed", 0, "sampling seed")
 	f.StringVar(&backend, "backend", "auto", "kernels: cpu, ref (plain Go, slow), or auto (cpu when built with cgo)")
+	f.BoolVar(&noMmap, "no-mmap", false, noMmapHelp)
 	cmd.MarkFlagRequired("model")
 	cmd.MarkFlagRequired("prompt")
 	return cmd
 }
+
+// noMmapHelp is the help of generate's and serve's --no-mmap.
+const noMmapHelp = "copy the weights into huge-page memory at load instead of reading them from the mapped checkpoint " +
+	"(llama.cpp's --no-mmap): faster CPU decode, but a slower load (the whole checkpoint is read and copied) and " +
+	"weights held in private memory, not in the page cache that other processes share and the kernel can reclaim"
 
 // openBackend returns the kernels a --backend value names.
 func openBackend(name string) (kernels.Ops, error) {

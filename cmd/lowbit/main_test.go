@@ -180,6 +180,9 @@ func TestGenerateCommand(t *testing.T) {
 	if strings.TrimSpace(a) == "" || a != b {
 		t.Errorf("greedy generate printed %q, then %q: want the same non-empty text", a, b)
 	}
+	if c, err := run(t, append(args, "--no-mmap")...); err != nil || c != a {
+		t.Errorf("generate --no-mmap printed %q (error %v), want %q as without it", c, err, a)
+	}
 	if _, err := run(t, "generate", "--model", filepath.Join(src, "absent"), "--prompt", "x", "--backend", "ref"); err == nil || !strings.Contains(err.Error(), "absent") {
 		t.Errorf("generate on a missing model = %v, want an error naming it", err)
 	}

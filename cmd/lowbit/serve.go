@@ -62,6 +62,7 @@ SIGINT or SIGTERM stops accepting requests and drains those in flight.`,
 	f.BoolVar(&noPrefix, "no-enable-prefix-caching", false, "turn prefix caching off")
 	f.StringVar(&c.Device, "device", "auto", "auto (a GPU when one is usable, else the CPU), cpu or cuda")
 	f.IntVar(&c.Threads, "threads", 0, "CPU threads (default: all)")
+	f.BoolVar(&c.NoMmap, "no-mmap", false, noMmapHelp+"; CPU device only")
 	var seed int64
 	f.Int64Var(&seed, "seed", 0, "accepted for vLLM compatibility: requests that set no seed draw a random one")
 	f.IntVar(&tp, "tensor-parallel-size", 1, "must be 1")

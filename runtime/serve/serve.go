@@ -48,6 +48,7 @@ type Config struct {
 	DisablePrefixCaching bool
 	Device               string // auto, cpu, cuda
 	Threads              int    // CPU threads; 0 is all
+	NoMmap               bool   // runtime.LoadOptions.NoMmap on the CPU; ignored on a GPU, which holds its own copy
 	Version              string
 	Log                  *slog.Logger
 	// Ready, when set, is called with the listening address once the
@@ -150,7 +151,10 @@ func Start(c Config, log *slog.Logger) (_ *Started, err error) {
 	if dev == nil {
 		st.Device = ops.Name()
 	}
-	m, err := runtime.Load(c.Model, ops)
+	if c.NoMmap && dev != nil {
+		log.Info("--no-mmap has no effect on a GPU: the weights are read from the mapping once, into device memory")
+	}
+	m, err := runtime.LoadWith(c.Model, ops, runtime.LoadOptions{NoMmap: c.NoMmap && dev == nil})
 	if err != nil {
 		return nil, err
 	}

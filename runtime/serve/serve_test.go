@@ -243,3 +243,24 @@ func TestCancelMidStream(t *testing.T) {
 		t.Errorf("after a cancelled stream: status %d: %s", s, b)
 	}
 }
+
+// TestNoMmap: a server that copied its weights (--no-mmap) answers a greedy
+// request with prompt_logprobs and logprobs exactly as one that maps them.
+func TestNoMmap(t *testing.T) {
+	probe := `{"prompt":"The quick brown fox","max_tokens":6,"temperature":0,"prompt_logprobs":5,"logprobs":3}`
+	var got [2]string
+	for i, noMmap := range []bool{false, true} {
+		addr := startTiny(t, Config{NoMmap: noMmap})
+		status, b := post(t, "http://"+addr+"/v1/completions", probe)
+		var r struct {
+			Choices json.RawMessage `json:"choices"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil || status != 200 {
+			t.Fatalf("NoMmap %v: status %d, body %s, err %v", noMmap, status, b, err)
+		}
+		got[i] = string(r.Choices)
+	}
+	if got[0] != got[1] {
+		t.Errorf("with --no-mmap:\n%s\nwithout:\n%s", got[1], got[0])
+	}
+}
