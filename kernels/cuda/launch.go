@@ -440,6 +440,10 @@ type AttentionPlan struct {
 // flashChunk is FA_CHUNK of attention_mma.cu.
 const flashChunk = 64
 
+// flashMaxZ bounds the blocks one tile's chunks spread over in the split
+// mode (a block takes chunks z, z + Z, ...).
+const flashMaxZ = 256
+
 // flashSplitTokens: batches of at most this many tokens split their
 // chunks over blocks (decode steps); larger ones have blocks enough.
 const flashSplitTokens = 128
@@ -473,7 +477,7 @@ func PlanAttention(seq, pos []int32, H int, p *KVPool, ctx int) AttentionPlan {
 	pl.PartOff = make([]int32, len(pos))
 	if pl.Split {
 		pl.Warps = 1
-		pl.Z = min(64, max(1, (ctx+flashChunk-1)/flashChunk))
+		pl.Z = min(flashMaxZ, max(1, (ctx+flashChunk-1)/flashChunk))
 		for t, q := range pos {
 			pl.PartOff[t] = int32(pl.Parts)
 			pl.Parts += int(q)/flashChunk + 1

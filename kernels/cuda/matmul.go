@@ -24,11 +24,12 @@ type Weight struct {
 
 // Tensor-core matmul constants of matmul_mma.cu.
 const (
-	mmaSpan       = 16 // MMA_SPAN: chunks of 16 columns a span
-	mmaRowPad     = 64 // MMA_ROW_PAD
-	mmaTokPad     = 64 // MMA_TOK_PAD
-	mmaGemvGroups = 4  // MMA_GEMV_GROUPS
-	mmaGemvWarps  = 4  // MMA_GEMV_WARPS
+	mmaSpan       = 16           // MMA_SPAN: chunks of 16 columns a span
+	mmaRowPad     = 128          // MMA_ROW_PAD
+	mmaTokPad     = 128          // MMA_TOK_PAD
+	mmaGemmShared = 3 * 32 << 10 // MMA_GEMM_STAGES stages of 32 KB
+	mmaGemvGroups = 4            // MMA_GEMV_GROUPS
+	mmaGemvWarps  = 4            // MMA_GEMV_WARPS
 	// mmaGemvShared bounds lb_mma_gemv's shared memory (an H100/H200 block
 	// may take 227 KB).
 	mmaGemvShared = 200 << 10
@@ -203,7 +204,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if T > mmaGemvTokens {
 		tb := (T + mmaTokPad - 1) / mmaTokPad
 		for i, w := range ws {
-			if err := d.launch("lb_mma_gemm", [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{128, 1, 1}, 0,
+			if err := d.launch("lb_mma_gemm", [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{256, 1, 1}, mmaGemmShared,
 				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(t.buf.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
 				return err
 			}

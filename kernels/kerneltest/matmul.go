@@ -119,9 +119,11 @@ func matmulCases() []testCase {
 	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 65, out: 16, in: 1040})
 	// Several column spans and token groups with rows off every tile size
 	// (the CUDA tensor-core kernels' spans of 256 columns, groups of 8
-	// tokens, tiles of 16 and 64 rows).
+	// tokens, tiles of 16 rows, blocks of 128 rows and 128 tokens, stages
+	// of 32 columns).
 	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 17, out: 200, in: 1040})
 	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 97, out: 72, in: 528})
+	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 150, out: 300, in: 272})
 	add(matmulCase{f: kernels.WeightNVFP4, act: kernels.ActNVFP4, T: 33, out: 1040, in: 64})
 	add(matmulCase{f: kernels.WeightFP8Block, act: kernels.ActFP8Group128, T: 17, out: 272, in: 1152})
 

@@ -295,23 +295,41 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 
 // lb_flash_merge folds the chunks lb_flash_*_split wrote, in order, for
 // token blockIdx.x and query head blockIdx.y (the fold of the whole mode,
-// per element).
+// per element; Dh ≤ blockDim.x). The partials of FA_MERGE chunks are read
+// at once, so a long context costs few memory latencies, not one a chunk.
+#define FA_MERGE 32
 extern "C" __global__ void lb_flash_merge(float *out, const float *partials, const int *pos, const int *part_off, int H,
                                           int Dh) {
-	int t = blockIdx.x, h = blockIdx.y, n = pos[t] / FA_CHUNK + 1;
+	__shared__ float sm[FA_MERGE], sl[FA_MERGE];
+	int t = blockIdx.x, h = blockIdx.y, n = pos[t] / FA_CHUNK + 1, d = threadIdx.x;
 	i64 zs = (i64)H * (Dh + 2);
 	const float *part = partials + ((i64)part_off[t] * H + h) * (Dh + 2);
-	for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
-		float M = part[0], L = part[1], O = part[2 + d];
-		for (int z = 1; z < n; z++) {
-			const float *pz = part + z * zs;
-			float a, b;
-			fa_weights(&M, pz[0], &a, &b);
-			L = fa_mix(L, a, pz[1], b);
-			O = fa_mix(O, a, pz[2 + d], b);
+	float M = 0.0f, L = 0.0f, O = 0.0f;
+	for (int z0 = 0; z0 < n; z0 += FA_MERGE) {
+		int nz = min(FA_MERGE, n - z0);
+		__syncthreads();
+		if (d < nz) {
+			sm[d] = part[(z0 + d) * zs];
+			sl[d] = part[(z0 + d) * zs + 1];
 		}
-		out[((i64)t * H + h) * Dh + d] = __fdiv_rn(O, L);
+		__syncthreads();
+		float ov[FA_MERGE];
+#pragma unroll
+		for (int i = 0; i < FA_MERGE; i++) ov[i] = (i < nz && d < Dh) ? part[(z0 + i) * zs + 2 + d] : 0.0f;
+#pragma unroll
+		for (int i = 0; i < FA_MERGE; i++) {
+			if (i >= nz) break;
+			if (z0 + i == 0) {
+				M = sm[0], L = sl[0], O = ov[0];
+				continue;
+			}
+			float a, b;
+			fa_weights(&M, sm[i], &a, &b);
+			L = fa_mix(L, a, sl[i], b);
+			O = fa_mix(O, a, ov[i], b);
+		}
 	}
+	if (d < Dh) out[((i64)t * H + h) * Dh + d] = __fdiv_rn(O, L);
 }
 
 #define FA_PARAMS                                                                                                     \

@@ -31,12 +31,12 @@
 // fragment that starts at 0; the spans' sums are then added in order to 0.
 // lb_mma_gemv (up to 32 tokens: one block a row tile, its warps taking
 // spans in turn, the spans added from shared memory) and lb_mma_gemm (more
-// tokens: one warp a 32-row × 32-token tile over every span, the spans
+// tokens: one warp a 64-row × 32-token tile over every span, the spans
 // added in registers) both follow it, so y[t, o] depends
 // only on x[t], w[o] and in: not on T, the batch, or which kernel ran.
 #define MMA_SPAN 16
-#define MMA_ROW_PAD 64
-#define MMA_TOK_PAD 64
+#define MMA_ROW_PAD 128
+#define MMA_TOK_PAD 128
 #define MMA_GEMV_GROUPS 4 // token groups of 8 one gemv block carries at most
 
 // mma_load_x returns x[t, col] or 0 outside [T, in].
@@ -173,71 +173,93 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 	}
 }
 
-// lb_mma_gemm: blocks of 4 warps on 64 rows × 64 tokens, each warp 2 row
-// tiles × 4 token groups over every chunk, the next chunk's fragments
-// loaded while this chunk's 24 mma run; xs is x in mma terms.
-extern "C" __global__ void lb_mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out,
+// lb_mma_gemm: blocks of 8 warps on 128 rows × 128 tokens. Each stage of
+// MMA_GEMM_KC column chunks (8 KB of weight tiles, 24 KB of activation
+// terms) streams into shared memory by cp.async, MMA_GEMM_STAGES − 1 stages
+// ahead of the one being multiplied; warp (wr, wc) takes row tiles
+// 4wr .. 4wr + 3 and token groups 4wc .. 4wc + 3, 48 mma a chunk, the spans
+// summed in registers. Both layouts are fragment-native, so a lane reads
+// its fragments from shared memory as whole 16- and 8-byte words, without
+// bank conflicts. Dynamic shared memory: MMA_GEMM_STAGES · 32 KB.
+#define MMA_GEMM_STAGES 3
+#define MMA_GEMM_KC 2
+extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out,
                                                               int in) {
+	extern __shared__ uint4 smem[];
+	constexpr int A_U4 = MMA_GEMM_KC * 8 * 32;      // a stage's weight tiles, in uint4
+	constexpr int B_U4 = MMA_GEMM_KC * 16 * 3 * 16; // its activation terms, in uint4
+	constexpr int STAGE = A_U4 + B_U4;
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-	int nc = (in + 15) / 16;
-	int m0 = blockIdx.x * 4 + (wi & 1) * 2, n0 = blockIdx.y * 8 + (wi >> 1) * 4;
-	const uint4 *wp0 = w + (i64)m0 * nc * 32 + lane, *wp1 = wp0 + (i64)nc * 32;
-	const uint2 *xp = xs + (i64)n0 * nc * 96 + lane;
-	i64 group = (i64)nc * 96;
-	float acc[2][4][4], tot[2][4][4];
+	int nc = (in + 15) / 16, nk = (nc + MMA_GEMM_KC - 1) / MMA_GEMM_KC;
+	int mb = blockIdx.x * 8, nb = blockIdx.y * 16, wr = wi & 1, wc = wi >> 1;
+	auto load = [&](int kt) {
+		uint4 *sa = smem + (kt % MMA_GEMM_STAGES) * STAGE, *sb = sa + A_U4;
+		for (int i = threadIdx.x; i < A_U4; i += 256) {
+			int cc = i / 256, tile = (i >> 5) & 7, c = kt * MMA_GEMM_KC + cc;
+			if (c < nc) cp_async16(sa + i, w + ((i64)(mb + tile) * nc + c) * 32 + (i & 31));
+		}
+		for (int i = threadIdx.x; i < B_U4; i += 256) {
+			int cc = i / (16 * 48), grp = (i / 48) % 16, c = kt * MMA_GEMM_KC + cc;
+			if (c < nc) cp_async16(sb + i, (const uint4 *)(xs + ((i64)(nb + grp) * nc + c) * 96) + i % 48);
+		}
+	};
+	float acc[4][4][4], tot[4][4][4];
 #pragma unroll
-	for (int r = 0; r < 2; r++)
+	for (int r = 0; r < 4; r++)
 #pragma unroll
 		for (int n = 0; n < 4; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) acc[r][n][e] = tot[r][n][e] = 0.0f;
-	uint4 na0 = __ldg(wp0), na1 = __ldg(wp1);
-	uint2 nb[4][3];
 #pragma unroll
-	for (int n = 0; n < 4; n++)
+	for (int s = 0; s < MMA_GEMM_STAGES - 1; s++) {
+		if (s < nk) load(s);
+		cp_async_commit();
+	}
+	for (int kt = 0; kt < nk; kt++) {
+		cp_async_wait1(); // stage kt has landed (MMA_GEMM_STAGES = 3)
+		__syncthreads();  // and every warp is done with the stage the next load overwrites
+		if (kt + MMA_GEMM_STAGES - 1 < nk) load(kt + MMA_GEMM_STAGES - 1);
+		cp_async_commit();
+		const uint4 *sa = smem + (kt % MMA_GEMM_STAGES) * STAGE;
+		const uint2 *sb = (const uint2 *)(sa + A_U4);
 #pragma unroll
-		for (int j = 0; j < 3; j++) nb[n][j] = __ldg(xp + n * group + j * 32);
-	for (int c = 0; c < nc; c++) {
-		uint4 a0 = na0, a1 = na1;
-		uint2 b[4][3];
+		for (int cc = 0; cc < MMA_GEMM_KC; cc++) {
+			int c = kt * MMA_GEMM_KC + cc;
+			if (c >= nc) break;
+			uint4 a[4];
+			uint2 b[4][3];
 #pragma unroll
-		for (int n = 0; n < 4; n++)
-#pragma unroll
-			for (int j = 0; j < 3; j++) b[n][j] = nb[n][j];
-		if (c + 1 < nc) {
-			na0 = __ldg(wp0 + (c + 1) * 32);
-			na1 = __ldg(wp1 + (c + 1) * 32);
+			for (int r = 0; r < 4; r++) a[r] = sa[(cc * 8 + wr * 4 + r) * 32 + lane];
 #pragma unroll
 			for (int n = 0; n < 4; n++)
 #pragma unroll
-				for (int j = 0; j < 3; j++) nb[n][j] = __ldg(xp + n * group + (i64)(c + 1) * 96 + j * 32);
-		}
+				for (int j = 0; j < 3; j++) b[n][j] = sb[((cc * 16 + wc * 4 + n) * 3 + j) * 32 + lane];
 #pragma unroll
-		for (int n = 0; n < 4; n++)
-#pragma unroll
-			for (int j = 0; j < 3; j++) {
-				mma_bf16(acc[0][n], a0, b[n][j].x, b[n][j].y);
-				mma_bf16(acc[1][n], a1, b[n][j].x, b[n][j].y);
-			}
-		if ((c + 1) % MMA_SPAN == 0 || c + 1 == nc) {
-#pragma unroll
-			for (int r = 0; r < 2; r++)
+			for (int r = 0; r < 4; r++)
 #pragma unroll
 				for (int n = 0; n < 4; n++)
 #pragma unroll
-					for (int e = 0; e < 4; e++) {
-						tot[r][n][e] += acc[r][n][e];
-						acc[r][n][e] = 0.0f;
-					}
+					for (int j = 0; j < 3; j++) mma_bf16(acc[r][n], a[r], b[n][j].x, b[n][j].y);
+			if ((c + 1) % MMA_SPAN == 0 || c + 1 == nc) {
+#pragma unroll
+				for (int r = 0; r < 4; r++)
+#pragma unroll
+					for (int n = 0; n < 4; n++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) {
+							tot[r][n][e] += acc[r][n][e];
+							acc[r][n][e] = 0.0f;
+						}
+			}
 		}
 	}
 #pragma unroll
-	for (int r = 0; r < 2; r++)
+	for (int r = 0; r < 4; r++)
 #pragma unroll
 		for (int n = 0; n < 4; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				int row = 16 * (m0 + r) + g + 8 * (e >> 1), t = 8 * (n0 + n) + 2 * q + (e & 1);
+				int row = 16 * (mb + wr * 4 + r) + g + 8 * (e >> 1), t = 8 * (nb + wc * 4 + n) + 2 * q + (e & 1);
 				if (row < out && t < T) y[(i64)t * out + row] = tot[r][n][e];
 			}
 }
