@@ -60,8 +60,9 @@ struct lb_pool {
 	_Atomic int sleepers;
 	_Atomic int stop;
 
-	// The current job: work is gen << 32 | next task; fn, arg and ntasks
-	// are written before work publishes a new generation.
+	// The current job: work is gen << 32 | next task (UINT32_MAX once the
+	// job is closed); fn, arg and ntasks are written after the previous
+	// job's word is closed and before work publishes a new generation.
 	_Atomic uint64_t work;
 	_Atomic(lb_task) fn;
 	_Atomic(void *) arg;
@@ -87,11 +88,13 @@ static void run_tasks(lb_pool *p, uint32_t gen, int tid) {
 	for (;;) {
 		if ((uint32_t)(w >> 32) != gen) return;
 		int64_t i = (int64_t)(uint32_t)w;
-		lb_task fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
-		void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
-		if (i >= atomic_load_explicit(&p->ntasks, memory_order_relaxed)) return;
-		// On failure w is reloaded: another thread took task i, or a new
-		// job replaced this one (then fn and arg may be stale, unused).
+		lb_task fn = atomic_load_explicit(&p->fn, memory_order_acquire);
+		void *arg = atomic_load_explicit(&p->arg, memory_order_acquire);
+		if (i >= atomic_load_explicit(&p->ntasks, memory_order_acquire)) return;
+		// On failure w is reloaded: another thread took task i, or the job
+		// was closed or replaced (then fn, arg and ntasks may be the next
+		// job's, unused). A worker that read the next job's fields cannot
+		// succeed: lb_pool_run closes the word before writing them.
 		if (atomic_compare_exchange_weak(&p->work, &w, w + 1)) {
 			fn(arg, i, tid);
 			atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
@@ -197,9 +200,17 @@ void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task fn, void *arg) {
 		return;
 	}
 	uint32_t gen = gen_of(p) + 1;
-	atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-	atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
-	atomic_store_explicit(&p->ntasks, ntasks, memory_order_relaxed);
+	// Close the previous job's word first. A worker may still hold it with
+	// every task taken, (gen-1, n): had it read the new, larger ntasks
+	// below, its compare-and-swap to (gen-1, n+1) would succeed before the
+	// new word is published, and it would run task n of the new job early
+	// and count it twice in done, so this call could return while a task
+	// still ran (seen as outputs missing once in about a million MatMuls,
+	// and as a crash when the task read the returned caller's stack).
+	atomic_store(&p->work, (uint64_t)(gen - 1) << 32 | UINT32_MAX);
+	atomic_store_explicit(&p->fn, fn, memory_order_release);
+	atomic_store_explicit(&p->arg, arg, memory_order_release);
+	atomic_store_explicit(&p->ntasks, ntasks, memory_order_release);
 	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
 	publish(p, gen);
 	run_tasks(p, gen, 0);
