@@ -27,7 +27,8 @@
 // a fixed part of the output and fix every reduction's order inside it.
 //
 // Tested by TestThreadsInvariance (results bit-identical for 1, 2, 3 and 5
-// threads, more threads than CPUs included) and by every op test.
+// threads, more threads than CPUs included), TestPoolHandoff (a call never
+// returns before its tasks are done) and by every op test.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE // pthreads, clock_gettime, madvise
 #endif
