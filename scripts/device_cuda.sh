@@ -67,8 +67,27 @@ if [ -n "${NCU:-}" ]; then
 			--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
 			--section WarpStateStats --section ComputeWorkloadAnalysis \
 			../../.device/bin/kernels_cuda.test -test.run XXX -test.bench "Kernels/$2\$" -test.benchtime 1x 2>&1) >>"$out/ncu.txt"
-		grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Stall" "$out/ncu.txt" | tail -12
+		grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per" "$out/ncu.txt" | tail -5
 	done
+	echo "== Nsight Compute: every kernel's duration over the last 800 launches of 8B batch-1 decode (graph replays)"
+	(cd runtime && LOWBIT_BENCH_SIZE=qwen3-8b timeout 240 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+		--launch-skip 4200 --launch-count 800 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 4x 2>/dev/null) \
+		| grep '^"' >"$out/ncu_decode.csv"
+	python3 - "$out/ncu_decode.csv" <<'PY'
+import csv, sys, collections
+rows = list(csv.DictReader(open(sys.argv[1])))
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows:
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    us = float(r["Metric Value"].replace(",", "")) / (1e3 if r["Metric Unit"] == "nsecond" else 1)
+    k = r["Kernel Name"] + " " + r["Grid Size"]
+    tot[k] += us; cnt[k] += 1
+all_us = sum(tot.values())
+print(f"{len(rows)} kernels, {all_us:.0f} us in all")
+for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:25]:
+    print(f"{v / all_us:6.1%} {v:9.1f} us {cnt[k]:5d}x  {k}")
+PY
 fi
 fi
 

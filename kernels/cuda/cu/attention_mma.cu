@@ -58,15 +58,23 @@ __device__ __forceinline__ float fa_mix(float X, float a, float x, float b) {
 // table entry past the sequence may be anything).
 template <int DH, int KT>
 __device__ __forceinline__ void fa_load(u16 *ks, u16 *vs, const u8 *kp, const u8 *vp, int dtype, float kscale,
-                                        float vscale, const int *blocks, int bs, int KVH, int kh, int p0, int pmax) {
+                                        float vscale, const int *blocks, int bs, int KVH, int kh, int p0, int pmax,
+                                        i64 *rows) {
 	constexpr int LD = DH + 8;
+	// Each position's pool row once, all table reads in flight together
+	// (not one table read's latency a copy).
+	for (int j = threadIdx.x; j < FA_CHUNK; j += blockDim.x) {
+		int p = p0 + j;
+		rows[j] = p <= pmax ? (kv_row(blocks, bs, p) * KVH + kh) * DH : -1;
+	}
+	__syncthreads();
 	if (KT == 1) { // BF16 rows copied as they are
 		constexpr int U = DH / 8;
 		for (int i = threadIdx.x; i < FA_CHUNK * U; i += blockDim.x) {
-			int j = i / U, u = i % U, p = p0 + j;
+			int j = i / U, u = i % U;
 			u16 *kd = ks + j * LD + u * 8, *vd = vs + j * LD + u * 8;
-			if (p <= pmax) {
-				i64 off = ((kv_row(blocks, bs, p) * KVH + kh) * DH + u * 8) * 2;
+			if (rows[j] >= 0) {
+				i64 off = (rows[j] + u * 8) * 2;
 				cp_async16(kd, kp + off);
 				cp_async16(vd, vp + off);
 			} else {
@@ -81,10 +89,10 @@ __device__ __forceinline__ void fa_load(u16 *ks, u16 *vs, const u8 *kp, const u8
 		return;
 	}
 	for (int i = threadIdx.x; i < FA_CHUNK * DH / 2; i += blockDim.x) {
-		int j = i / (DH / 2), d = 2 * (i % (DH / 2)), p = p0 + j;
+		int j = i / (DH / 2), d = 2 * (i % (DH / 2));
 		float k0 = 0.0f, k1 = 0.0f, v0 = 0.0f, v1 = 0.0f;
-		if (p <= pmax) {
-			i64 off = (kv_row(blocks, bs, p) * KVH + kh) * DH + d;
+		if (rows[j] >= 0) {
+			i64 off = rows[j] + d;
 			k0 = kv_load(kp, off, dtype, kscale);
 			k1 = kv_load(kp, off + 1, dtype, kscale);
 			v0 = kv_load(vp, off, dtype, vscale);
@@ -116,6 +124,7 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 	// The term pairs in order: (q or P term, k or v term).
 	const int at[6] = {0, 1, 2, 0, 1, 0}, bt[6] = {0, 0, 0, 1, 1, 2};
 	extern __shared__ uint4 fa_smem[];
+	__shared__ i64 rows[FA_CHUNK];
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, qd = lane & 3;
 	int kh = blockIdx.y, G = H / KVH, R = 16 / G;
 	int t0 = work[2 * blockIdx.x], n = work[2 * blockIdx.x + 1];
@@ -157,7 +166,7 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 			for (int e = 0; e < 4; e++) oacc[nn][e] = 0.0f;
 	for (int c = SPLIT ? blockIdx.z : 0; c * FA_CHUNK <= pmax; c += SPLIT ? gridDim.z : 1) {
 		__syncthreads(); // every warp is done with the previous chunk
-		fa_load<DH, KT>(ks, vs, kp, vp, dtype, kscale, vscale, blocks, bs, KVH, kh, c * FA_CHUNK, pmax);
+		fa_load<DH, KT>(ks, vs, kp, vp, dtype, kscale, vscale, blocks, bs, KVH, kh, c * FA_CHUNK, pmax, rows);
 		__syncthreads();
 		if (wpmax < c * FA_CHUNK) continue;
 		float s[8][4];
@@ -215,22 +224,46 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 			l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
 			l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
 		}
-		float o[NT][4];
-#pragma unroll
-		for (int nn = 0; nn < NT; nn++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) o[nn][e] = 0.0f;
+		// P's A fragments for positions 16kc .. 16kc + 15 (s[2kc] and
+		// s[2kc + 1] side by side) as three BF16 terms each.
+		u32 pa[4][3][4];
 #pragma unroll
 		for (int kc = 0; kc < 4; kc++) {
-			// P's A fragment for positions 16kc .. 16kc + 15: s[2kc] and
-			// s[2kc + 1] side by side, as three BF16 terms.
-			u32 pa[3][4];
-			mma_terms(s[2 * kc][0], s[2 * kc][1], &pa[0][0], &pa[1][0], &pa[2][0]);
-			mma_terms(s[2 * kc][2], s[2 * kc][3], &pa[0][1], &pa[1][1], &pa[2][1]);
-			mma_terms(s[2 * kc + 1][0], s[2 * kc + 1][1], &pa[0][2], &pa[1][2], &pa[2][2]);
-			mma_terms(s[2 * kc + 1][2], s[2 * kc + 1][3], &pa[0][3], &pa[1][3], &pa[2][3]);
+			mma_terms(s[2 * kc][0], s[2 * kc][1], &pa[kc][0][0], &pa[kc][1][0], &pa[kc][2][0]);
+			mma_terms(s[2 * kc][2], s[2 * kc][3], &pa[kc][0][1], &pa[kc][1][1], &pa[kc][2][1]);
+			mma_terms(s[2 * kc + 1][0], s[2 * kc + 1][1], &pa[kc][0][2], &pa[kc][1][2], &pa[kc][2][2]);
+			mma_terms(s[2 * kc + 1][2], s[2 * kc + 1][3], &pa[kc][0][3], &pa[kc][1][3], &pa[kc][2][3]);
+		}
+		// This chunk's o, 16 dims at a time (o[0] dims 16dp + 2qd + {0, 1},
+		// o[1] dims 16dp + 8 + 2qd + {0, 1}, rows g and g + 8), each folded
+		// or stored as it is done: positions by 16 in order, term pairs in
+		// order.
+		bool mine[2] = {prow[0] >= c * FA_CHUNK, prow[1] >= c * FA_CHUNK}; // the row has positions in the chunk
+		float fa[2], fb[2];
+		if (!SPLIT && c > 0)
 #pragma unroll
-			for (int dp = 0; dp < NT / 2; dp++) {
+			for (int e2 = 0; e2 < 2; e2++)
+				if (mine[e2]) {
+					fa_weights(&M[e2], mx[e2], &fa[e2], &fb[e2]);
+					L[e2] = fa_mix(L[e2], fa[e2], l[e2], fb[e2]);
+				}
+#pragma unroll
+		for (int e2 = 0; e2 < 2; e2++)
+			if (!SPLIT && c == 0 && mine[e2]) M[e2] = mx[e2], L[e2] = l[e2];
+		float *part[2];
+#pragma unroll
+		for (int e2 = 0; e2 < 2; e2++) {
+			part[e2] = partials;
+			if (SPLIT && mine[e2]) {
+				part[e2] += (((i64)part_off[wt + (g + 8 * e2) / G] + c) * H + hrow[e2]) * (DH + 2);
+				if (qd == 0) part[e2][0] = mx[e2], part[e2][1] = l[e2];
+			}
+		}
+#pragma unroll
+		for (int dp = 0; dp < NT / 2; dp++) {
+			float o[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+			for (int kc = 0; kc < 4; kc++) {
 				u32 vb[KT][4];
 #pragma unroll
 				for (int m = 0; m < KT; m++)
@@ -238,46 +271,24 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 					                     16 * dp + ((lane >> 4) & 1) * 8);
 #pragma unroll
 				for (int pi = 0; pi < NP; pi++) {
-					uint4 a = fa_frag(pa[at[pi]]);
-					mma_bf16(o[2 * dp], a, vb[bt[pi]][0], vb[bt[pi]][1]);
-					mma_bf16(o[2 * dp + 1], a, vb[bt[pi]][2], vb[bt[pi]][3]);
+					uint4 a = fa_frag(pa[kc][at[pi]]);
+					mma_bf16(o[0], a, vb[bt[pi]][0], vb[bt[pi]][1]);
+					mma_bf16(o[1], a, vb[bt[pi]][2], vb[bt[pi]][3]);
 				}
 			}
-		}
-		// Fragment element e of o[nn]: row g + 8·(e >> 1), dim 8nn + 2·qd + (e & 1).
 #pragma unroll
-		for (int e2 = 0; e2 < 2; e2++) {
-			if (prow[e2] < c * FA_CHUNK) continue; // no position of this row in the chunk
-			if (SPLIT) {
-				int t = wt + (g + 8 * e2) / G;
-				float *part = partials + (((i64)part_off[t] + c) * H + hrow[e2]) * (DH + 2);
-				if (qd == 0) {
-					part[0] = mx[e2];
-					part[1] = l[e2];
-				}
+			for (int h2 = 0; h2 < 2; h2++)
 #pragma unroll
-				for (int nn = 0; nn < NT; nn++) {
-					part[2 + 8 * nn + 2 * qd] = o[nn][2 * e2];
-					part[3 + 8 * nn + 2 * qd] = o[nn][2 * e2 + 1];
+				for (int e = 0; e < 4; e++) {
+					int e2 = e >> 1, nn = 2 * dp + h2;
+					if (!mine[e2]) continue;
+					if (SPLIT)
+						part[e2][2 + 8 * nn + 2 * qd + (e & 1)] = o[h2][e];
+					else if (c == 0)
+						oacc[SPLIT ? 0 : nn][e] = o[h2][e];
+					else
+						oacc[SPLIT ? 0 : nn][e] = fa_mix(oacc[SPLIT ? 0 : nn][e], fa[e2], o[h2][e], fb[e2]);
 				}
-			} else if (c == 0) {
-				M[e2] = mx[e2];
-				L[e2] = l[e2];
-#pragma unroll
-				for (int nn = 0; nn < (SPLIT ? 1 : NT); nn++) {
-					oacc[nn][2 * e2] = o[nn][2 * e2];
-					oacc[nn][2 * e2 + 1] = o[nn][2 * e2 + 1];
-				}
-			} else {
-				float a, b;
-				fa_weights(&M[e2], mx[e2], &a, &b);
-				L[e2] = fa_mix(L[e2], a, l[e2], b);
-#pragma unroll
-				for (int nn = 0; nn < (SPLIT ? 1 : NT); nn++) {
-					oacc[nn][2 * e2] = fa_mix(oacc[nn][2 * e2], a, o[nn][2 * e2], b);
-					oacc[nn][2 * e2 + 1] = fa_mix(oacc[nn][2 * e2 + 1], a, o[nn][2 * e2 + 1], b);
-				}
-			}
 		}
 	}
 	if (SPLIT) return;

@@ -118,10 +118,13 @@ __device__ __forceinline__ void mma_terms(float a, float b, u32 *t0, u32 *t1, u3
 	u32 *t[3] = {t0, t1, t2};
 #pragma unroll
 	for (int j = 0; j < 3; j++) {
-		u16 ha = f32_to_bf16(a), hb = f32_to_bf16(b);
-		*t[j] = (u32)ha | ((u32)hb << 16);
-		a -= bf16_to_f32(ha);
-		b -= bf16_to_f32(hb);
+		// cvt.rn rounds to nearest even as f32_to_bf16 does (a NaN becomes
+		// the canonical BF16 NaN), in one instruction for the pair.
+		u32 h;
+		asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(b), "f"(a));
+		*t[j] = h;
+		a -= __uint_as_float(h << 16);
+		b -= __uint_as_float(h & 0xFFFF0000u);
 		a = mma_finite(a) ? a : 0.0f;
 		b = mma_finite(b) ? b : 0.0f;
 	}

@@ -147,13 +147,18 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 #pragma unroll
 					for (int j = 0; j < 3; j++) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
 			if (n == 0) cp_async_wait1(); // this span's tiles (each lane reads only what it copied)
+			// The span's weight fragments from shared memory first, so that
+			// the chain of mma waits on no load.
+			uint4 a[MMA_SPAN];
+#pragma unroll
+			for (int i = 0; i < MMA_SPAN; i++)
+				if (i < nch) a[i] = slots[(k * MMA_SPAN + i) * 32 + lane];
 			float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
 			for (int i = 0; i < MMA_SPAN; i++) {
 				if (i < nch) {
-					uint4 a = slots[(k * MMA_SPAN + i) * 32 + lane];
 #pragma unroll
-					for (int j = 0; j < 3; j++) mma_bf16(acc, a, b[i][j].x, b[i][j].y);
+					for (int j = 0; j < 3; j++) mma_bf16(acc, a[i], b[i][j].x, b[i][j].y);
 				}
 			}
 			// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
@@ -234,12 +239,14 @@ extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm(float *y, const ui
 			for (int n = 0; n < 4; n++)
 #pragma unroll
 				for (int j = 0; j < 3; j++) b[n][j] = sb[((cc * 16 + wc * 4 + n) * 3 + j) * 32 + lane];
+			// A term's 16 mma are independent: each accumulator sees hi,
+			// mid and lo in order with 15 others between them.
 #pragma unroll
-			for (int r = 0; r < 4; r++)
+			for (int j = 0; j < 3; j++)
 #pragma unroll
-				for (int n = 0; n < 4; n++)
+				for (int r = 0; r < 4; r++)
 #pragma unroll
-					for (int j = 0; j < 3; j++) mma_bf16(acc[r][n], a[r], b[n][j].x, b[n][j].y);
+					for (int n = 0; n < 4; n++) mma_bf16(acc[r][n], a[r], b[n][j].x, b[n][j].y);
 			if ((c + 1) % MMA_SPAN == 0 || c + 1 == nc) {
 #pragma unroll
 				for (int r = 0; r < 4; r++)
