@@ -7,10 +7,11 @@
 # Here, first:   scripts/device_build.sh ./kernels/cuda ./runtime ./runtime/engine
 # There:         bash scripts/device_cuda.sh      (carry .device; results under $OUT)
 #
-# Three parts, all by default; ONLY=kernels, ONLY=serve or ONLY=torch runs
-# one (a full run can pass one call's ten minutes). kernels: tests and
+# Four parts, all by default; ONLY=kernels, profile, serve or torch runs one
+# (a full run can pass one call's ten minutes). kernels: tests and
 # benchmarks (NCU=1 also profiles the GEMV, GEMM and attention kernels with
-# Nsight Compute); serve: lowbit serve and the scaled LowBArena workloads
+# Nsight Compute); profile: every kernel's time in an 8B decode step
+# (Nsight Compute); serve: lowbit serve and the scaled LowBArena workloads
 # (needs only the lowbit binary); torch: the transformers baselines on the
 # same weights.
 set -uo pipefail
@@ -69,9 +70,14 @@ if [ -n "${NCU:-}" ]; then
 			../../.device/bin/kernels_cuda.test -test.run XXX -test.bench "Kernels/$2\$" -test.benchtime 1x 2>&1) >>"$out/ncu.txt"
 		grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per" "$out/ncu.txt" | tail -5
 	done
+fi
+fi
+
+if part profile; then
+	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 	echo "== Nsight Compute: every kernel's duration over the last 800 launches of 8B batch-1 decode (graph replays)"
 	(cd runtime && LOWBIT_BENCH_SIZE=qwen3-8b timeout 240 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
-		--launch-skip 4200 --launch-count 800 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 4x 2>/dev/null) \
+		--launch-skip 3400 --launch-count 800 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 4x 2>/dev/null) \
 		| grep '^"' >"$out/ncu_decode.csv"
 	python3 - "$out/ncu_decode.csv" <<'PY'
 import csv, sys, collections
@@ -80,7 +86,12 @@ tot = collections.defaultdict(float); cnt = collections.Counter()
 for r in rows:
     if r.get("Metric Name") != "gpu__time_duration.sum":
         continue
-    us = float(r["Metric Value"].replace(",", "")) / (1e3 if r["Metric Unit"] == "nsecond" else 1)
+    try:
+        us = float(r["Metric Value"].replace(",", "")) / (1e3 if r["Metric Unit"] == "nsecond" else 1)
+    except ValueError:
+        continue
+    if us != us:
+        continue
     k = r["Kernel Name"] + " " + r["Grid Size"]
     tot[k] += us; cnt[k] += 1
 all_us = sum(tot.values())
@@ -88,7 +99,6 @@ print(f"{len(rows)} kernels, {all_us:.0f} us in all")
 for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:25]:
     print(f"{v / all_us:6.1%} {v:9.1f} us {cnt[k]:5d}x  {k}")
 PY
-fi
 fi
 
 work="$out/workloads.txt"
