@@ -82,6 +82,29 @@ type scratch struct {
 	x, h, q, k, v []float32
 	att, gate, up []float32
 	pos           []int32
+	// ys and ws are the arguments of a matMuls call, kept here so that
+	// the call does not allocate them.
+	ys [3][]float32
+	ws [3]*kernels.Weight
+}
+
+// matMuls is implemented by kernels that run several products of one input
+// in one dispatch, with the bits of separate MatMuls (kernels/cpu: one
+// wake-up of its thread pool instead of three).
+type matMuls interface {
+	MatMuls(x []float32, T int, ys [][]float32, ws []*kernels.Weight)
+}
+
+// matMulShared computes b.ys[i] = x·b.ws[i]ᵀ for i < n, the products of
+// one input, as one matMuls call when the kernels offer it.
+func (b *scratch) matMulShared(ops kernels.Ops, x []float32, T, n int) {
+	if mm, ok := ops.(matMuls); ok {
+		mm.MatMuls(x, T, b.ys[:n], b.ws[:n])
+		return
+	}
+	for i := range n {
+		ops.MatMul(b.ys[i], x, T, b.ws[i])
+	}
 }
 
 // scratch returns buffers for a forward of t tokens.
@@ -291,9 +314,8 @@ func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int
 
 	ops.RMSNorm(h, x, ly.inputNorm, T, D, d.eps, false)
 	observe(obs, i, ObserveAttnInput, h, T)
-	ops.MatMul(q, h, T, &ly.q)
-	ops.MatMul(k, h, T, &ly.k)
-	ops.MatMul(v, h, T, &ly.v)
+	b.ys, b.ws = [3][]float32{q, k, v}, [3]*kernels.Weight{&ly.q, &ly.k, &ly.v}
+	b.matMulShared(ops, h, T, 3)
 	if d.qkNorm {
 		ops.RMSNorm(q, q, ly.qNorm, T*d.heads, d.headDim, d.eps, false)
 		ops.RMSNorm(k, k, ly.kNorm, T*d.kvHeads, d.headDim, d.eps, false)
@@ -318,8 +340,8 @@ func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int
 	ops.RMSNorm(h, x, ly.postNorm, T, D, d.eps, false)
 	observe(obs, i, ObserveMLPInput, h, T)
 	g, u := b.gate[:T*d.inter], b.up[:T*d.inter]
-	ops.MatMul(g, h, T, &ly.gate)
-	ops.MatMul(u, h, T, &ly.up)
+	b.ys, b.ws = [3][]float32{g, u}, [3]*kernels.Weight{&ly.gate, &ly.up}
+	b.matMulShared(ops, h, T, 2)
 	ops.SiLUMul(g, g, u, T*d.inter)
 	observe(obs, i, ObserveDownInput, g, T)
 	ops.MatMul(h, g, T, &ly.down)

@@ -29,7 +29,10 @@
 // CPUs (the calling thread included), joined by [Ops.Close]. MatMul splits
 // the output rows (columns of W) into blocks, Attention its (token, head)
 // pairs, and the row-wise ops their rows; work too small to pay for waking
-// the pool runs on the calling thread. Every output element is computed by
+// the pool runs on the calling thread. [Ops.MatMuls] hands the row blocks
+// of up to three weights that share an input (a layer's q, k and v, or
+// gate and up) to the pool as one task list, which the runtime uses when
+// it finds the method. Every output element is computed by
 // one task with a reduction order that depends only on the problem's inner
 // dimension, so results are bit-identical whatever T is, whatever other
 // tokens are computed with it, and whatever the number of threads

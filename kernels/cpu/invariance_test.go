@@ -4,6 +4,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -131,5 +132,71 @@ func TestPathsAgree(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMatMuls checks that MatMuls gives every weight the bits of its own
+// MatMul: every format and activation quantization, 1 to 3 weights of
+// different output sizes (and NVFP4 global scales), decode and T = 70, on
+// every code path with 1 and 3 threads; and the same for groups that cannot
+// share a dispatch (mixed formats, four weights).
+func TestMatMuls(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	const in = 256
+	check := func(t *testing.T, ops *Ops, T int, ws []*kernels.Weight) {
+		t.Helper()
+		x := randn(rng, T*in, 1)
+		ys := make([][]float32, len(ws))
+		for i, w := range ws {
+			ys[i] = make([]float32, T*w.Out)
+			for j := range ys[i] {
+				ys[i][j] = float32(math.NaN())
+			}
+		}
+		ops.MatMuls(x, T, ys, ws)
+		for i, w := range ws {
+			want := make([]float32, T*w.Out)
+			ops.MatMul(want, x, T, w)
+			if j := diffBits(ys[i], want); j >= 0 {
+				t.Errorf("T=%d, weight %d of %d (%v, %v): output %d is %g, MatMul gives %g", T, i, len(ws), w.Format, w.Act, j, ys[i][j], want[j])
+			}
+		}
+	}
+	for _, isa := range ISAs() {
+		for _, threads := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/%d", isa, threads), func(t *testing.T) {
+				ops := newOps(t, isa, threads)
+				for _, f := range allFormats {
+					for _, act := range allActs {
+						ws := []*kernels.Weight{randWeight(rng, f, act, 203, in), randWeight(rng, f, act, 64, in), randWeight(rng, f, act, 517, in)}
+						if ws[0] == nil {
+							continue
+						}
+						ws[1].GlobalScale *= 1.5
+						for n := 1; n <= 3; n++ {
+							for _, T := range []int{1, 70} {
+								check(t, ops, T, ws[:n])
+							}
+						}
+					}
+				}
+				bf, fp8 := randWeight(rng, kernels.WeightBF16, kernels.ActNone, 96, in), randWeight(rng, kernels.WeightFP8Channel, kernels.ActFP8Token, 96, in)
+				check(t, ops, 3, []*kernels.Weight{bf, fp8, bf})
+				check(t, ops, 3, []*kernels.Weight{bf, bf, bf, bf})
+			})
+		}
+	}
+}
+
+// TestMatMulsAllocs: the runtime calls MatMuls twice a layer per step.
+func TestMatMulsAllocs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	ops := newOps(t, "", 0)
+	ws := []*kernels.Weight{randWeight(rng, kernels.WeightFP8Channel, kernels.ActFP8Token, 512, 512),
+		randWeight(rng, kernels.WeightFP8Channel, kernels.ActFP8Token, 128, 512)}
+	x := randn(rng, 512, 1)
+	ys := [][]float32{make([]float32, 512), make([]float32, 128)}
+	if n := testing.AllocsPerRun(20, func() { ops.MatMuls(x, 1, ys, ws) }); n != 0 {
+		t.Errorf("MatMuls allocates %v times a call, want 0", n)
 	}
 }

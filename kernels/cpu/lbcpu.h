@@ -38,6 +38,13 @@ void lb_ctx_free(lb_ctx *c);
 // quantization of kernels.Weight.
 int lb_matmul(lb_ctx *c, float *y, const float *x, int64_t T, int fmt, int64_t out, int64_t in,
               const uint8_t *data, const float *scales, float global_scale, int act, float input_scale);
+// lb_matmul3: lb_matmul of one x with n (1 to 3) weights of one format, in
+// features, activation quantization and input scale, in one dispatch of
+// the pool: x is quantized once, and weight i gives y_i [T, out_i].
+int lb_matmul3(lb_ctx *c, int n, const float *x, int64_t T, int fmt, int64_t in, int act, float input_scale,
+               float *y0, int64_t out0, const uint8_t *d0, const float *s0, float g0,
+               float *y1, int64_t out1, const uint8_t *d1, const float *s1, float g1,
+               float *y2, int64_t out2, const uint8_t *d2, const float *s2, float g2);
 
 // matmul_nvfp4.c: lb_set_nvfp4_vbmi(0) makes the AVX-512 path skip its VBMI
 // variant, so that tests on a VBMI CPU also run the plain AVX-512 one.

@@ -159,6 +159,64 @@ func (o *Ops) MatMul(y, x []float32, T int, w *kernels.Weight) {
 		C.float(w.GlobalScale), cAct(w.Act), C.float(w.InputScale)))
 }
 
+// MatMuls computes MatMul(ys[i], x, T, ws[i]) for every i, with the same
+// bits. Up to three weights that share Format, In, Act and InputScale run
+// in one dispatch of the thread pool, x quantized once for all of them;
+// other groups run as separate MatMuls. The runtime calls it for a
+// layer's q, k and v and its gate and up.
+func (o *Ops) MatMuls(x []float32, T int, ys [][]float32, ws []*kernels.Weight) {
+	if len(ys) != len(ws) {
+		panic(fmt.Sprintf("cpu: MatMuls: %d outputs for %d weights", len(ys), len(ws)))
+	}
+	if len(ws) == 0 || len(ws) > 3 || !shareInput(ws) {
+		for i, w := range ws {
+			o.MatMul(ys[i], x, T, w)
+		}
+		return
+	}
+	nonNegative("MatMuls", T)
+	for i, w := range ws {
+		if err := w.Check(); err != nil {
+			panic("cpu: MatMuls: " + err.Error())
+		}
+		need("MatMuls", "x", len(x), T*w.In)
+		need("MatMuls", "y", len(ys[i]), T*w.Out)
+	}
+	if T == 0 {
+		return
+	}
+	// Unused slots repeat weight 0; n tells C to skip them.
+	var y [3]*C.float
+	var out [3]C.int64_t
+	var data [3]*C.uint8_t
+	var scales [3]*C.float
+	var global [3]C.float
+	for i := range 3 {
+		j := min(i, len(ws)-1)
+		w := ws[j]
+		y[i], out[i], global[i] = fp(ys[j]), C.int64_t(w.Out), C.float(w.GlobalScale)
+		data[i], scales[i] = (*C.uint8_t)(unsafe.SliceData(w.Data)), fp(w.Scales)
+	}
+	w := ws[0]
+	o.lock()
+	defer o.mu.Unlock()
+	check("MatMuls", C.lb_matmul3(o.ctx, C.int(len(ws)), fp(x), C.int64_t(T), cFormat(w.Format), C.int64_t(w.In),
+		cAct(w.Act), C.float(w.InputScale),
+		y[0], out[0], data[0], scales[0], global[0],
+		y[1], out[1], data[1], scales[1], global[1],
+		y[2], out[2], data[2], scales[2], global[2]))
+}
+
+// shareInput reports whether the weights quantize and read x alike.
+func shareInput(ws []*kernels.Weight) bool {
+	for _, w := range ws[1:] {
+		if w.Format != ws[0].Format || w.In != ws[0].In || w.Act != ws[0].Act || w.InputScale != ws[0].InputScale {
+			return false
+		}
+	}
+	return true
+}
+
 func cFormat(f kernels.WeightFormat) C.int {
 	switch f {
 	case kernels.WeightBF16:

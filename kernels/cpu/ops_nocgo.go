@@ -26,6 +26,9 @@ func (o *Ops) Name() string                                    { return "cpu-noc
 func (o *Ops) Threads() int                                    { return 0 }
 func (o *Ops) MemoryBandwidth(bytes int64) float64             { panic(noCgo) }
 func (o *Ops) MatMul(y, x []float32, T int, w *kernels.Weight) { panic(noCgo) }
+func (o *Ops) MatMuls(x []float32, T int, ys [][]float32, ws []*kernels.Weight) {
+	panic(noCgo)
+}
 func (o *Ops) RMSNorm(y, x, weight []float32, T, D int, eps float32, zeroCentered bool) {
 	panic(noCgo)
 }
