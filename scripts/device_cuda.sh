@@ -7,11 +7,10 @@
 # Here, first:   scripts/device_build.sh ./kernels/cuda ./runtime ./runtime/engine
 # There:         bash scripts/device_cuda.sh      (carry .device; results under $OUT)
 #
-# Four parts, all by default; ONLY=kernels, profile, serve or torch runs one
-# (a full run can pass one call's ten minutes). kernels: tests and
-# benchmarks (NCU=1 also profiles the GEMV, GEMM and attention kernels with
-# Nsight Compute); profile: every kernel's time in an 8B decode step
-# (Nsight Compute); serve: lowbit serve and the scaled LowBArena workloads
+# Three parts, all by default; ONLY=kernels, serve or torch runs one (a
+# full run can pass one call's ten minutes). kernels: tests and benchmarks
+# (NCU=1 also profiles the GEMV, GEMM and attention kernels with Nsight
+# Compute); serve: lowbit serve and the scaled LowBArena workloads
 # (needs only the lowbit binary); torch: the transformers baselines on the
 # same weights.
 set -uo pipefail
@@ -62,7 +61,7 @@ done
 if [ -n "${NCU:-}" ]; then
 	echo "== Nsight Compute: one launch each of the decode GEMV, the prefill GEMM and prefill attention"
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-	for k in "lb_mma_gemv gemv-bf16/4096x4096" "lb_mma_gemm gemm-bf16/T=1024/4096x4096" "lb_flash_d128_k1_whole attention-prefill/T=1024" "lb_flash_d128_k1_split attention-decode/ctx=8192"; do
+	for k in "lb_mma_gemv gemv-bf16/4096x4096" "lb_mma_gemm gemm-bf16/lb_mma_gemm/T=1024/4096x4096" "lb_flash_d128_k1_whole attention-prefill/T=1024" "lb_flash_d128_k1_split attention-decode/ctx=8192"; do
 		set -- $k
 		(cd kernels/cuda && timeout 120 "$ncu" --clock-control none --kernel-name "$1" --launch-skip 3 --launch-count 1 \
 			--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
@@ -71,34 +70,6 @@ if [ -n "${NCU:-}" ]; then
 		grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per" "$out/ncu.txt" | tail -5
 	done
 fi
-fi
-
-if part profile; then
-	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-	echo "== Nsight Compute: every kernel's duration over the last 800 launches of 8B batch-1 decode (graph replays)"
-	(cd runtime && LOWBIT_BENCH_SIZE=qwen3-8b timeout 240 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
-		--launch-skip 3400 --launch-count 800 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 4x 2>/dev/null) \
-		| grep '^"' >"$out/ncu_decode.csv"
-	python3 - "$out/ncu_decode.csv" <<'PY'
-import csv, sys, collections
-rows = list(csv.DictReader(open(sys.argv[1])))
-tot = collections.defaultdict(float); cnt = collections.Counter()
-for r in rows:
-    if r.get("Metric Name") != "gpu__time_duration.sum":
-        continue
-    try:
-        us = float(r["Metric Value"].replace(",", "")) / (1e3 if r["Metric Unit"] == "nsecond" else 1)
-    except ValueError:
-        continue
-    if us != us:
-        continue
-    k = r["Kernel Name"] + " " + r["Grid Size"]
-    tot[k] += us; cnt[k] += 1
-all_us = sum(tot.values())
-print(f"{len(rows)} kernels, {all_us:.0f} us in all")
-for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:25]:
-    print(f"{v / all_us:6.1%} {v:9.1f} us {cnt[k]:5d}x  {k}")
-PY
 fi
 
 work="$out/workloads.txt"

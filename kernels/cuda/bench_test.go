@@ -98,32 +98,41 @@ func BenchmarkKernels(b *testing.B) {
 	// matmul on the same shapes in the same device call when
 	// LOWBIT_TORCH_GEMM names scripts/torch_gemm.py's output.
 	torch := readTorchGEMM(b)
+	defaultGEMM := gemmKernel
+	defer func() { gemmKernel = defaultGEMM }()
 	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {4096, 12288}} {
 		const T = 1024
-		b.Run(fmt.Sprintf("gemm-bf16/T=%d/%dx%d", T, sh.out, sh.in), func(b *testing.B) {
-			w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
-			dw, err := d.UploadWeight(w)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer d.Free(dw.Data)
-			x, _ := d.Alloc(4 * T * sh.in)
-			y, _ := d.Alloc(4 * T * sh.out)
-			defer d.Free(x)
-			defer d.Free(y)
-			xs := make([]float32, T*sh.in)
-			for i := range xs {
-				xs[i] = float32(rng.NormFloat64())
-			}
-			d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
-			per := timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, 0)
-			tf := 2 * float64(T*sh.out*sh.in) / per / 1e12
-			b.ReportMetric(tf, "TFLOP/s")
-			if t, ok := torch.Shapes[fmt.Sprintf("%dx%d", sh.out, sh.in)]; ok && torch.T == T {
-				b.ReportMetric(tf/t.BF16, "of-torch-bf16")
-				b.ReportMetric(tf/t.FP32, "of-torch-fp32")
-			}
-		})
+		for _, variant := range []struct {
+			name   string
+			shared int
+		}{defaultGEMM, {"lb_mma_gemm_kc4", 3 * 4 * 16 << 10}} {
+			gemmKernel = variant
+			b.Run(fmt.Sprintf("gemm-bf16/%s/T=%d/%dx%d", variant.name, T, sh.out, sh.in), func(b *testing.B) {
+				w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
+				dw, err := d.UploadWeight(w)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer d.Free(dw.Data)
+				x, _ := d.Alloc(4 * T * sh.in)
+				y, _ := d.Alloc(4 * T * sh.out)
+				defer d.Free(x)
+				defer d.Free(y)
+				xs := make([]float32, T*sh.in)
+				for i := range xs {
+					xs[i] = float32(rng.NormFloat64())
+				}
+				d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+				per := timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, 0)
+				tf := 2 * float64(T*sh.out*sh.in) / per / 1e12
+				b.ReportMetric(tf, "TFLOP/s")
+				if t, ok := torch.Shapes[fmt.Sprintf("%dx%d", sh.out, sh.in)]; ok && torch.T == T {
+					b.ReportMetric(tf/t.BF16, "of-torch-bf16")
+					b.ReportMetric(tf/t.FP32, "of-torch-fp32")
+				}
+			})
+		}
+		gemmKernel = defaultGEMM
 	}
 	// Attention (32 query heads, 8 KV heads, head_dim 128, BF16 paged
 	// cache): a decode step over ctx positions (bytes: the K and V read),

@@ -24,12 +24,11 @@ type Weight struct {
 
 // Tensor-core matmul constants of matmul_mma.cu.
 const (
-	mmaSpan       = 16           // MMA_SPAN: chunks of 16 columns a span
-	mmaRowPad     = 128          // MMA_ROW_PAD
-	mmaTokPad     = 128          // MMA_TOK_PAD
-	mmaGemmShared = 3 * 32 << 10 // MMA_GEMM_STAGES stages of 32 KB
-	mmaGemvGroups = 4            // MMA_GEMV_GROUPS
-	mmaGemvWarps  = 4            // MMA_GEMV_WARPS
+	mmaSpan       = 16  // MMA_SPAN: chunks of 16 columns a span
+	mmaRowPad     = 128 // MMA_ROW_PAD
+	mmaTokPad     = 128 // MMA_TOK_PAD
+	mmaGemvGroups = 4   // MMA_GEMV_GROUPS
+	mmaGemvWarps  = 4   // MMA_GEMV_WARPS
 	// mmaGemvShared bounds lb_mma_gemv's shared memory (an H100/H200 block
 	// may take 227 KB).
 	mmaGemvShared = 200 << 10
@@ -95,6 +94,14 @@ func (k *K) MatMul(y, x Buf, T int, w *Weight) error {
 		ptrArg(y.ptr), ptrArg(xe.ptr), ptrArg(xs.ptr), ptrArg(w.Data.ptr), ptrArg(w.Scales.ptr), f32Arg(w.GlobalScale),
 		intArg(T), intArg(w.Out), intArg(w.In), intArg(weightFormatIDs[w.Format]), intArg(act))
 }
+
+// gemmKernel is the prefill GEMM: lb_mma_gemm (3 stages of 2 column
+// chunks) or lb_mma_gemm_kc4 (of 4), the same bits; a variable so that
+// BenchmarkKernels times both.
+var gemmKernel = struct {
+	name   string
+	shared int
+}{"lb_mma_gemm", 3 * 2 * 16 << 10}
 
 // matmulMMA runs a tiled BF16 weight on the tensor cores.
 func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
@@ -204,7 +211,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if T > mmaGemvTokens {
 		tb := (T + mmaTokPad - 1) / mmaTokPad
 		for i, w := range ws {
-			if err := d.launch("lb_mma_gemm", [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{256, 1, 1}, mmaGemmShared,
+			if err := d.launch(gemmKernel.name, [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{256, 1, 1}, gemmKernel.shared,
 				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(t.buf.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
 				return err
 			}

@@ -140,12 +140,20 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 		// waiting for the weights), then the span's 48 mma.
 		for (int n = 0; n < ng; n++) {
 			const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
+			// Lane 4g + q carries token 8(n0 + n) + g: past T it reads
+			// nothing and multiplies zeros, which reach only that token's
+			// unstored column (a decode step's single token leaves 28 of
+			// the 32 lanes without loads: 8x less activation traffic).
+			bool live = 8 * (n0 + n) + g < T;
 			uint2 b[MMA_SPAN][3];
 #pragma unroll
 			for (int i = 0; i < MMA_SPAN; i++)
 				if (i < nch)
 #pragma unroll
-					for (int j = 0; j < 3; j++) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
+					for (int j = 0; j < 3; j++) {
+						b[i][j].x = b[i][j].y = 0u;
+						if (live) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
+					}
 			if (n == 0) cp_async_wait1(); // this span's tiles (each lane reads only what it copied)
 			// The span's weight fragments from shared memory first, so that
 			// the chain of mma waits on no load.
@@ -185,11 +193,12 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 // 4wr .. 4wr + 3 and token groups 4wc .. 4wc + 3, 48 mma a chunk, the spans
 // summed in registers. Both layouts are fragment-native, so a lane reads
 // its fragments from shared memory as whole 16- and 8-byte words, without
-// bank conflicts. Dynamic shared memory: MMA_GEMM_STAGES · 32 KB.
+// bank conflicts. Dynamic shared memory: MMA_GEMM_STAGES · MMA_GEMM_KC · 16 KB.
+// lb_mma_gemm stages 2 chunks, lb_mma_gemm_kc4 4 (fewer barriers, twice
+// the shared memory); both give the same bits.
 #define MMA_GEMM_STAGES 3
-#define MMA_GEMM_KC 2
-extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out,
-                                                              int in) {
+template <int MMA_GEMM_KC>
+__device__ __forceinline__ void mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in) {
 	extern __shared__ uint4 smem[];
 	constexpr int A_U4 = MMA_GEMM_KC * 8 * 32;      // a stage's weight tiles, in uint4
 	constexpr int B_U4 = MMA_GEMM_KC * 16 * 3 * 16; // its activation terms, in uint4
@@ -269,4 +278,11 @@ extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm(float *y, const ui
 				int row = 16 * (mb + wr * 4 + r) + g + 8 * (e >> 1), t = 8 * (nb + wc * 4 + n) + 2 * q + (e & 1);
 				if (row < out && t < T) y[(i64)t * out + row] = tot[r][n][e];
 			}
+}
+
+extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in) {
+	mma_gemm<2>(y, w, xs, T, out, in);
+}
+extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm_kc4(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in) {
+	mma_gemm<4>(y, w, xs, T, out, in);
 }
