@@ -21,7 +21,7 @@ type LoadOptions struct {
 	// BENCHMARKS.md the kernels stream weights at 18-19 GB/s from the
 	// checkpoint's 4 KiB file pages against 26-27 GB/s from huge pages
 	// (the file mapping cannot use huge pages there). The trade: the load
-	// reads the whole checkpoint and copies it (there, 0.3-2.6 s for the
+	// reads the whole checkpoint and copies it (there, 0.3-2.8 s for the
 	// 1.2 GB BF16 Qwen3-0.6B from the page cache, the slow end when the
 	// kernel has to compact memory to find huge pages; and every later
 	// load of the same files reads them from disk again), and the weights
