@@ -74,25 +74,31 @@ func BenchmarkKernels(b *testing.B) {
 		}
 		return per
 	}
+	defaultLive := gemvLiveOnly
+	defer func() { gemvLiveOnly = defaultLive }()
 	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {151936, 4096}} {
-		b.Run(fmt.Sprintf("gemv-bf16/%dx%d", sh.out, sh.in), func(b *testing.B) {
-			w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
-			dw, err := d.UploadWeight(w)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer d.Free(dw.Data)
-			x, _ := d.Alloc(4 * sh.in)
-			y, _ := d.Alloc(4 * sh.out)
-			defer d.Free(x)
-			defer d.Free(y)
-			xs := make([]float32, sh.in)
-			for i := range xs {
-				xs[i] = float32(rng.NormFloat64())
-			}
-			d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
-			timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
-		})
+		for _, live := range []int{defaultLive, 1 - defaultLive} {
+			gemvLiveOnly = live
+			b.Run(fmt.Sprintf("gemv-bf16/live-only=%d/%dx%d", live, sh.out, sh.in), func(b *testing.B) {
+				w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
+				dw, err := d.UploadWeight(w)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer d.Free(dw.Data)
+				x, _ := d.Alloc(4 * sh.in)
+				y, _ := d.Alloc(4 * sh.out)
+				defer d.Free(x)
+				defer d.Free(y)
+				xs := make([]float32, sh.in)
+				for i := range xs {
+					xs[i] = float32(rng.NormFloat64())
+				}
+				d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+				timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
+			})
+		}
+		gemvLiveOnly = defaultLive
 	}
 	// Prefill GEMMs on the tensor cores (T tokens at once), beside PyTorch's
 	// matmul on the same shapes in the same device call when
@@ -105,7 +111,7 @@ func BenchmarkKernels(b *testing.B) {
 		for _, variant := range []struct {
 			name   string
 			shared int
-		}{defaultGEMM, {"lb_mma_gemm_kc4", 3 * 4 * 16 << 10}} {
+		}{defaultGEMM, {"lb_mma_gemm", 3 * 2 * 16 << 10}} {
 			gemmKernel = variant
 			b.Run(fmt.Sprintf("gemm-bf16/%s/T=%d/%dx%d", variant.name, T, sh.out, sh.in), func(b *testing.B) {
 				w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}

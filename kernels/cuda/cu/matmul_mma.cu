@@ -102,7 +102,8 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 // Dynamic shared memory: MMA_GEMV_WARPS·16 KB + spans·gpb·512 bytes.
 extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const uint4 *w0, int out0, float *y1,
                                                               const uint4 *w1, int out1, float *y2, const uint4 *w2,
-                                                              int out2, const uint2 *xs, int T, int in, int gpb) {
+                                                              int out2, const uint2 *xs, int T, int in, int gpb,
+                                                              int live_only) {
 	extern __shared__ uint4 smem[];
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
@@ -140,11 +141,12 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 		// waiting for the weights), then the span's 48 mma.
 		for (int n = 0; n < ng; n++) {
 			const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
-			// Lane 4g + q carries token 8(n0 + n) + g: past T it reads
-			// nothing and multiplies zeros, which reach only that token's
-			// unstored column (a decode step's single token leaves 28 of
-			// the 32 lanes without loads: 8x less activation traffic).
-			bool live = 8 * (n0 + n) + g < T;
+			// Lane 4g + q carries token 8(n0 + n) + g: with live_only, past
+			// T it reads nothing and multiplies zeros, which reach only
+			// that token's unstored column (a decode step's single token
+			// leaves 28 of the 32 lanes without loads: 8x less activation
+			// traffic). The same bits either way.
+			bool live = !live_only || 8 * (n0 + n) + g < T;
 			uint2 b[MMA_SPAN][3];
 #pragma unroll
 			for (int i = 0; i < MMA_SPAN; i++)
