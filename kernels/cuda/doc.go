@@ -16,7 +16,14 @@
 // are carried as three BF16 terms so the products are float32's, and one
 // reduction order shared by the decode GEMV and the prefill GEMM keeps
 // results batch invariant. Other weight formats run on CUDA cores
-// (cu/matmul.cu).
+// (cu/matmul.cu). Attention runs on the tensor cores too
+// (cu/attention_mma.cu, for head dims 16 to 128): its context is cut into
+// 64-position chunks at fixed positions that fold in order, so a prefill
+// block that runs a whole context and a decode step whose chunks are
+// spread over blocks and merged give the same bits (PlanAttention picks
+// the mode; other shapes take cu/attention.cu). scripts/cuda_compile_check.sh
+// compiles the kernels with a local nvcc, where one is installed, to read
+// registers and spills without a GPU.
 //
 // Ops implements kernels.Ops on host slices by copying inputs to the device,
 // launching the kernels and copying the results back. It is how the shared

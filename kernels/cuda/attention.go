@@ -1,0 +1,201 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/lowbit-ai/lowbit/kernels"
+)
+
+// Batch describes the tokens of a batch for the varlen kernels: token t
+// belongs to sequence Seq[t] at position Pos[t]; sequence s's block table
+// is Tables[s·Stride ..]; the attention's plan (PlanAttention) says which
+// kernels run, with PartOff (where token t's chunks start) and Work (the
+// tensor-core kernels' blocks) uploaded beside the rest; all int32 device
+// arrays.
+type Batch struct {
+	Tables, Seq, Pos, PartOff, Work Buf
+	Stride                          int
+	Plan                            AttentionPlan
+}
+
+// AttentionPlan is the host side of a batch's attention launch. The
+// tensor-core kernels (attention_mma.cu: Flash) run when the head dim and
+// the query-head group allow; Split spreads a token's chunks over blocks
+// and merges them (flash-decoding: few tokens), otherwise a block runs a
+// tile's whole context. The choice changes no result: every mode follows
+// the same fold.
+type AttentionPlan struct {
+	Flash, Split bool
+	PartOff      []int32 // token t's first partial: a prefix sum of its chunk counts
+	Parts        int     // partials in all (0 when nothing is split)
+	Work         []int32 // Flash: (first token, tokens) a block
+	Warps        int     // Flash: warps a block
+	Z            int     // Split: blocks a tile's chunks are spread over
+}
+
+// flashChunk is FA_CHUNK of attention_mma.cu.
+const flashChunk = 64
+
+// flashMaxZ bounds the blocks one tile's chunks spread over in the split
+// mode (a block takes chunks z, z + Z, ...).
+const flashMaxZ = 256
+
+// flashSplitTokens: batches of at most this many tokens split their
+// chunks over blocks (decode steps); larger ones have blocks enough.
+const flashSplitTokens = 128
+
+// flashFits says whether the tensor-core kernels serve a pool with H
+// query heads: head dims 16, 32, 64 or 128, and a query-head group that
+// divides 16.
+func flashFits(p *KVPool, H int) bool {
+	switch p.HeadDim {
+	case 16, 32, 64, 128:
+	default:
+		return false
+	}
+	if p.KVHeads <= 0 || H%p.KVHeads != 0 {
+		return false
+	}
+	g := H / p.KVHeads
+	return g <= 16 && 16%g == 0
+}
+
+// PlanAttention plans the attention of tokens at positions pos of
+// sequences seq (a sequence's tokens consecutive, at consecutive
+// positions), H query heads, over pool p whose tables reach ctx positions
+// (the contiguous cache: the last position + 1).
+func PlanAttention(seq, pos []int32, H int, p *KVPool, ctx int) AttentionPlan {
+	if !flashFits(p, H) {
+		off, parts := PartOffsets(pos)
+		return AttentionPlan{PartOff: off, Parts: parts}
+	}
+	pl := AttentionPlan{Flash: true, Split: len(pos) <= flashSplitTokens, Warps: 4}
+	pl.PartOff = make([]int32, len(pos))
+	if pl.Split {
+		pl.Warps = 1
+		pl.Z = min(flashMaxZ, max(1, (ctx+flashChunk-1)/flashChunk))
+		for t, q := range pos {
+			pl.PartOff[t] = int32(pl.Parts)
+			pl.Parts += int(q)/flashChunk + 1
+		}
+	}
+	per := pl.Warps * (16 / (H / p.KVHeads)) // tokens a block
+	for t := 0; t < len(pos); {
+		run := 1
+		for t+run < len(pos) && seq[t+run] == seq[t] && pos[t+run] == pos[t+run-1]+1 {
+			run++
+		}
+		for i := 0; i < run; i += per {
+			pl.Work = append(pl.Work, int32(t+i), int32(min(per, run-i)))
+		}
+		t += run
+	}
+	return pl
+}
+
+// PartOffsets returns, for positions pos, each token's first chunk of
+// attention.cu's kernels (a prefix sum of the chunk counts
+// p/attChunk(p) + 1) and the total.
+func PartOffsets(pos []int32) (off []int32, total int) {
+	off = make([]int32, len(pos))
+	for t, p := range pos {
+		off[t] = int32(total)
+		total += int(p)/attChunk(int(p)) + 1
+	}
+	return off, total
+}
+
+// attSplits is ATT_SPLITS of attention.cu: the most chunks a token's
+// context is split in.
+const attSplits = 64
+
+// attChunk is att_chunk of attention.cu: the chunk size for position p.
+func attChunk(p int) int {
+	per := (p + 1 + attSplits - 1) / attSplits
+	return max(32, (per+31)/32*32)
+}
+
+// ReserveAttention grows the attention's partials buffer to hold parts
+// chunks of H heads of headDim, so that a graph replayed afterwards finds
+// it large enough (a growth makes older graphs stale: Generation).
+func (d *Device) ReserveAttention(parts, H, headDim int) error {
+	return d.do(func() error {
+		_, err := d.persistent("attention_partials", 4*parts*H*(headDim+2))
+		return err
+	})
+}
+
+// AttentionBatch runs a batch's attention, T tokens, as b.Plan says
+// (attention_mma.cu, or attention.cu's two launches); each token sees its
+// own sequence's cache up to its position, with the bits of Attention.
+func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale float32) error {
+	if p.HeadDim > 256 {
+		return fmt.Errorf("cuda: Attention: head_dim %d above the kernel's 256", p.HeadDim)
+	}
+	pl := &b.Plan
+	var parts Buf
+	if pl.Parts > 0 {
+		var err error
+		if parts, err = k.d.persistent("attention_partials", 4*pl.Parts*H*(p.HeadDim+2)); err != nil {
+			return err
+		}
+	}
+	if pl.Flash {
+		terms, mode, z := 3, "whole", 1
+		if p.DType == kernels.KVBF16 {
+			terms = 1
+		}
+		if pl.Split {
+			mode, z = "split", pl.Z
+		}
+		shmem := (pl.Warps*3*16 + 2*terms*flashChunk) * (p.HeadDim + 8) * 2
+		name := fmt.Sprintf("lb_flash_d%d_k%d_%s", p.HeadDim, terms, mode)
+		if err := k.d.launch(name, [3]int{len(pl.Work) / 2, p.KVHeads, z}, [3]int{32 * pl.Warps, 1, 1}, shmem,
+			ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)),
+			f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
+			ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), ptrArg(b.Work.ptr), intArg(p.BlockSize), intArg(H),
+			intArg(p.KVHeads), f32Arg(scale)); err != nil || !pl.Split {
+			return err
+		}
+		return k.d.launch("lb_flash_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
+			ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))
+	}
+	if err := k.d.launch("lb_attention_split", [3]int{T, H, attSplits}, [3]int{128, 1, 1}, 0,
+		ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale),
+		f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr),
+		ptrArg(b.PartOff.ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), f32Arg(scale)); err != nil {
+		return err
+	}
+	return k.d.launch("lb_attention_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
+		ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))
+}
+
+// Attention: out [T, H, Dh] over positions start..start+T-1 of one
+// sequence with block table blocks (null: a contiguous cache): the batch
+// kernels of AttentionBatch on a batch of one sequence.
+func (k *K) Attention(out, q Buf, p *KVPool, blocks Buf, T, start, H int, scale float32) error {
+	seq, pos := make([]int32, T), make([]int32, T)
+	for t := range pos {
+		pos[t] = int32(start + t)
+	}
+	ctx := start + T
+	if blocks.bytes > 0 {
+		ctx = blocks.bytes / 4 * p.BlockSize
+	}
+	b := &Batch{Tables: blocks, Plan: PlanAttention(seq, pos, H, p, ctx)}
+	var err error
+	for _, a := range []struct {
+		dst *Buf
+		src []int32
+	}{{&b.Seq, seq}, {&b.Pos, pos}, {&b.PartOff, b.Plan.PartOff}, {&b.Work, b.Plan.Work}} {
+		if len(a.src) == 0 {
+			continue
+		}
+		if *a.dst, err = k.Upload(asBytes(a.src, len(a.src))); err != nil {
+			return err
+		}
+	}
+	return k.AttentionBatch(out, q, p, b, T, H, scale)
+}
