@@ -34,19 +34,7 @@ func BenchmarkDecodeOps(b *testing.B) {
 				timed := &timedOps{Ops: ops, stats: map[string]*opStat{}}
 				st.m.ops = timed
 				defer func() { st.m.ops = ops }()
-				st.seq.Truncate(benchPrompt)
-				tok := st.next
-				b.ResetTimer()
-				t0 := time.Now()
-				for range b.N {
-					logits, err := st.m.ForwardWith(st.seq, []int{tok}, ForwardOptions{LastOnly: true})
-					if err != nil {
-						b.Fatal(err)
-					}
-					tok = argmax(logits)
-				}
-				step := time.Since(t0) / time.Duration(b.N)
-				b.StopTimer()
+				step := st.decodeSteps(b) / time.Duration(b.N)
 				timed.report(b, step, b.N)
 			})
 		}

@@ -139,6 +139,23 @@ func benchDecode(b *testing.B, dir string, opts LoadOptions, ops kernels.Ops, ba
 		st.prefill = gs.Prefill
 		prefilled[key] = st
 	}
+	elapsed := st.decodeSteps(b)
+	decode := float64(b.N) / elapsed.Seconds()
+	// Bytes read per step: the weights once, and K and V of the average
+	// context of the steps.
+	perToken := float64(st.m.WeightBytes()) + float64(st.m.KVBytesPerToken())*(benchPrompt+float64(b.N+1)/2)
+	roofline := bandwidth / perToken
+	b.ReportMetric(decode, "tok/s")
+	b.ReportMetric(benchPrompt/st.prefill.Seconds(), "prefill-tok/s")
+	b.ReportMetric(perToken/1e6, "MB/tok")
+	b.ReportMetric(roofline, "roofline-tok/s")
+	b.ReportMetric(decode/roofline, "of-roofline")
+	b.ReportMetric(bandwidth/1e9, "mem-GB/s")
+}
+
+// decodeSteps times b.N greedy decode steps after the prompt (the
+// benchmark timer runs over them only).
+func (st *benchState) decodeSteps(b *testing.B) time.Duration {
 	st.seq.Truncate(benchPrompt)
 	tok := st.next
 	b.ResetTimer()
@@ -152,17 +169,7 @@ func benchDecode(b *testing.B, dir string, opts LoadOptions, ops kernels.Ops, ba
 	}
 	elapsed := time.Since(t0)
 	b.StopTimer()
-	decode := float64(b.N) / elapsed.Seconds()
-	// Bytes read per step: the weights once, and K and V of the average
-	// context of the steps.
-	perToken := float64(st.m.WeightBytes()) + float64(st.m.KVBytesPerToken())*(benchPrompt+float64(b.N+1)/2)
-	roofline := bandwidth / perToken
-	b.ReportMetric(decode, "tok/s")
-	b.ReportMetric(benchPrompt/st.prefill.Seconds(), "prefill-tok/s")
-	b.ReportMetric(perToken/1e6, "MB/tok")
-	b.ReportMetric(roofline, "roofline-tok/s")
-	b.ReportMetric(decode/roofline, "of-roofline")
-	b.ReportMetric(bandwidth/1e9, "mem-GB/s")
+	return elapsed
 }
 
 // hugePages describes how much of a NoMmap model's arena the kernel backs
