@@ -232,6 +232,13 @@ func (e *CUDAExecutor) reserve(t, rows, tables int) error {
 // shape ran; anything else launches the kernels one by one. Both run the
 // same kernels on the same buffers, so they give the same bits.
 func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
+	return e.ForwardInto(batch, nil)
+}
+
+// ForwardInto is Forward copying the logits into dst when it can hold them
+// (memory the host has already touched, which the copy fills faster than
+// fresh pages).
+func (e *CUDAExecutor) ForwardInto(batch []BatchEntry, dst []float32) ([]float32, error) {
 	m, d := e.m, e.m.d
 	T, rows, err := m.checkBatch(batch, e.blocks, e.blockSize)
 	if err != nil {
@@ -280,7 +287,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 		delete(e.graphs, key)
 		g = nil
 	}
-	logits := make([]float32, rows*d.vocab)
+	logits := logitsBuffer(dst, rows*d.vocab)
 	err = e.d.Run(func(k *cuda.K) error {
 		a := &e.act
 		for _, in := range []struct {

@@ -18,6 +18,11 @@ func NewCUDAExecutor(*Model, *cuda.Device, int, int, kernels.KVDType) (*CUDAExec
 // Forward returns kernels.ErrNoCgo.
 func (e *CUDAExecutor) Forward([]BatchEntry) ([]float32, error) { return nil, kernels.ErrNoCgo }
 
+// ForwardInto returns kernels.ErrNoCgo.
+func (e *CUDAExecutor) ForwardInto([]BatchEntry, []float32) ([]float32, error) {
+	return nil, kernels.ErrNoCgo
+}
+
 // Blocks returns 0.
 func (e *CUDAExecutor) Blocks() int { return 0 }
 

@@ -169,7 +169,7 @@ func (m *Model) ForwardWith(seq *Sequence, tokens []int, opts ForwardOptions) ([
 	if opts.LastOnly {
 		rows = 1
 	}
-	logits, err := m.forwardBatch(seq.pool, []BatchEntry{{Blocks: []int32{0}, Start: start, Tokens: tokens, Logits: rows}}, opts.Hook, opts.Observe)
+	logits, err := m.forwardBatch(seq.pool, []BatchEntry{{Blocks: []int32{0}, Start: start, Tokens: tokens, Logits: rows}}, opts.Hook, opts.Observe, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -212,12 +212,13 @@ type BatchEntry struct {
 // every op of the Model's kernels.Ops, keys and values rounded to the
 // pool's dtype as they are written.
 func (m *Model) ForwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer int, hidden []float32)) ([]float32, error) {
-	return m.forwardBatch(pool, batch, hook, nil)
+	return m.forwardBatch(pool, batch, hook, nil, nil)
 }
 
-// forwardBatch is ForwardBatch with ForwardOptions.Observe.
+// forwardBatch is ForwardBatch with ForwardOptions.Observe, writing the
+// logits into dst when it can hold them.
 func (m *Model) forwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer int, hidden []float32),
-	obs func(layer int, point ObservePoint, x []float32, T int)) ([]float32, error) {
+	obs func(layer int, point ObservePoint, x []float32, T int), dst []float32) ([]float32, error) {
 	d := m.d
 	if pool.m != m {
 		return nil, errors.New("runtime: ForwardBatch: the KV pool belongs to another model")
@@ -255,7 +256,7 @@ func (m *Model) forwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer i
 		return nil, nil
 	}
 	m.ops.RMSNorm(h, h, m.norm, rows, d.hidden, d.eps, false)
-	logits := make([]float32, rows*d.vocab)
+	logits := logitsBuffer(dst, rows*d.vocab)
 	m.ops.MatMul(logits, h, rows, &m.lmHead)
 	return logits, nil
 }

@@ -20,6 +20,9 @@ type Engine struct {
 	cfg  Config
 	exec runtime.Executor
 	bm   *blockManager
+	// logits is the buffer a BufferedExecutor writes a step's rows into
+	// (the scheduler goroutine's alone).
+	logits []float32
 
 	mu       sync.Mutex
 	incoming []*seqState
@@ -383,9 +386,24 @@ func (e *Engine) preempt(s *seqState) {
 	e.mu.Unlock()
 }
 
+// keepLogits bounds the logits buffer the engine keeps between steps (a
+// step with many prompt-logprob rows gets a buffer of its own).
+const keepLogits = 64 << 20
+
 // step runs one forward and delivers its results.
 func (e *Engine) step(batch []runtime.BatchEntry, sched []*seqState) {
-	logits, err := e.exec.Forward(batch)
+	var logits []float32
+	var err error
+	if bx, ok := e.exec.(runtime.BufferedExecutor); ok {
+		// No Output keeps a reference into the rows: they are the buffer's
+		// until the next step.
+		logits, err = bx.ForwardInto(batch, e.logits)
+		if err == nil && cap(logits)*4 <= keepLogits {
+			e.logits = logits
+		}
+	} else {
+		logits, err = e.exec.Forward(batch)
+	}
 	if err != nil {
 		for _, s := range sched {
 			e.finish(s, Output{Err: fmt.Errorf("engine: forward: %w", err)})

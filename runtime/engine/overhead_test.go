@@ -20,27 +20,45 @@ type instantExecutor struct {
 }
 
 func (x *instantExecutor) Forward(batch []runtime.BatchEntry) ([]float32, error) {
+	return x.fill(batch, nil), nil
+}
+
+func (x *instantExecutor) fill(batch []runtime.BatchEntry, dst []float32) []float32 {
 	rows := 0
 	for _, b := range batch {
 		rows += b.Logits
 	}
-	out := make([]float32, rows*len(x.row))
+	out := dst[:0]
+	if cap(dst) < rows*len(x.row) {
+		out = make([]float32, rows*len(x.row))
+	}
+	out = out[:rows*len(x.row)]
 	for r := range rows {
 		copy(out[r*len(x.row):], x.row)
 	}
-	return out, nil
+	return out
 }
 func (x *instantExecutor) Blocks() int            { return x.blocks }
 func (x *instantExecutor) BlockSize() int         { return x.blockSize }
 func (x *instantExecutor) DType() kernels.KVDType { return kernels.KVBF16 }
 func (x *instantExecutor) Close() error           { return nil }
 
+// bufferedInstant is instantExecutor as a runtime.BufferedExecutor: the
+// rows go into the engine's buffer.
+type bufferedInstant struct{ *instantExecutor }
+
+func (x bufferedInstant) ForwardInto(batch []runtime.BatchEntry, dst []float32) ([]float32, error) {
+	return x.fill(batch, dst), nil
+}
+
 // BenchmarkEngineStep measures the engine's host work per decode step —
 // scheduling, block bookkeeping, sampling (Qwen3's defaults: temperature
 // 0.6, top-k 20, top-p 0.95) over 151,936 logits a row, delivery — for 16
 // requests decoding together, over an executor that costs nothing on the
-// device. Beside it, the cost of the logits alone (allocating and filling
-// the rows) in the same run.
+// device: fresh logits rows a step (fresh), and rows written into the
+// engine's buffer (buffered, as KVPool and CUDAExecutor do). Beside them,
+// the cost of the fresh logits alone (allocating and filling the rows) in
+// the same run.
 //
 //	go test ./runtime/engine -run XXX -bench EngineStep
 func BenchmarkEngineStep(b *testing.B) {
@@ -53,49 +71,54 @@ func BenchmarkEngineStep(b *testing.B) {
 	}
 	const seqs, prompt, gen = 16, 64, 64
 	exec := &instantExecutor{blocks: 4096, blockSize: 16, row: row}
-	e := newEngine(b, m, Config{MaxNumSeqs: seqs, MaxModelLen: 512,
-		NewExecutor: func(blocks, bs int, dtype kernels.KVDType) (runtime.Executor, error) { return exec, nil }})
-	defer e.Close()
-	sampling := runtime.SamplingOptions{Temperature: 0.6, TopK: 20, TopP: 0.95}
-	var steps, tokens int64
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
-		outs := make([]<-chan Output, seqs)
-		for i := range seqs {
-			p := make([]int, prompt)
-			for j := range p {
-				p[j] = (i*131 + j*7) % 151000
-			}
-			ch, err := e.Submit(context.Background(), &Request{Prompt: p, MaxTokens: gen, Sampling: sampling, PromptLogprobs: -1, Logprobs: -1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			outs[i] = ch
-		}
-		for _, ch := range outs {
-			for o := range ch {
-				if o.Err != nil {
-					b.Fatal(o.Err)
+	for _, v := range []struct {
+		name string
+		exec runtime.Executor
+	}{{"fresh", exec}, {"buffered", bufferedInstant{exec}}} {
+		b.Run(v.name, func(b *testing.B) {
+			e := newEngine(b, m, Config{MaxNumSeqs: seqs, MaxModelLen: 512,
+				NewExecutor: func(blocks, bs int, dtype kernels.KVDType) (runtime.Executor, error) { return v.exec, nil }})
+			defer e.Close()
+			sampling := runtime.SamplingOptions{Temperature: 0.6, TopK: 20, TopP: 0.95}
+			var tokens int64
+			b.ResetTimer()
+			start := time.Now()
+			for range b.N {
+				outs := make([]<-chan Output, seqs)
+				for i := range seqs {
+					p := make([]int, prompt)
+					for j := range p {
+						p[j] = (i*131 + j*7) % 151000
+					}
+					ch, err := e.Submit(context.Background(), &Request{Prompt: p, MaxTokens: gen, Sampling: sampling, PromptLogprobs: -1, Logprobs: -1})
+					if err != nil {
+						b.Fatal(err)
+					}
+					outs[i] = ch
 				}
-				tokens += int64(len(o.Tokens))
+				for _, ch := range outs {
+					for o := range ch {
+						if o.Err != nil {
+							b.Fatal(o.Err)
+						}
+						tokens += int64(len(o.Tokens))
+					}
+				}
 			}
-		}
+			el := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(el.Microseconds())/float64(e.Stats().Steps), "us/step")
+			b.ReportMetric(float64(tokens)/el.Seconds(), "tok/s")
+		})
 	}
-	el := time.Since(start)
-	b.StopTimer()
-	steps = e.Stats().Steps
-	b.ReportMetric(float64(el.Microseconds())/float64(steps), "us/step")
-	b.ReportMetric(float64(tokens)/el.Seconds(), "tok/s")
 	// The logits alone: a decode step's rows allocated and filled.
 	batch := make([]runtime.BatchEntry, seqs)
 	for i := range batch {
 		batch[i].Logits = 1
 	}
-	const reps = 20
-	t0 := time.Now()
-	for range reps {
-		exec.Forward(batch)
-	}
-	b.ReportMetric(float64(time.Since(t0).Microseconds())/reps, "logits-us/step")
+	b.Run("fresh-logits-only", func(b *testing.B) {
+		for range b.N {
+			exec.Forward(batch)
+		}
+	})
 }
