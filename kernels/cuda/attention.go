@@ -42,6 +42,10 @@ const flashChunk = 64
 // mode (a block takes chunks z, z + Z, ...).
 const flashMaxZ = 256
 
+// flashMaxPartials bounds the bytes of the split mode's partials (a
+// batch that would need more runs whole: slower, the same bits).
+const flashMaxPartials = 256 << 20
+
 // flashSplitTokens: batches of at most this many tokens split their
 // chunks over blocks (decode steps); larger ones have blocks enough.
 const flashSplitTokens = 128
@@ -71,14 +75,22 @@ func PlanAttention(seq, pos []int32, H int, p *KVPool, ctx int) AttentionPlan {
 		off, parts := PartOffsets(pos)
 		return AttentionPlan{PartOff: off, Parts: parts}
 	}
-	pl := AttentionPlan{Flash: true, Split: len(pos) <= flashSplitTokens, Warps: 4}
+	pl := AttentionPlan{Flash: true, Warps: 4}
 	pl.PartOff = make([]int32, len(pos))
-	if pl.Split {
-		pl.Warps = 1
-		pl.Z = min(flashMaxZ, max(1, (ctx+flashChunk-1)/flashChunk))
-		for t, q := range pos {
-			pl.PartOff[t] = int32(pl.Parts)
-			pl.Parts += int(q)/flashChunk + 1
+	if len(pos) <= flashSplitTokens {
+		parts := 0
+		for _, q := range pos {
+			parts += int(q)/flashChunk + 1
+		}
+		// Long contexts in a large batch would need more partials than
+		// the device should set aside; those batches run whole.
+		if 4*parts*H*(p.HeadDim+2) <= flashMaxPartials {
+			pl.Split, pl.Warps = true, 1
+			pl.Z = min(flashMaxZ, max(1, (ctx+flashChunk-1)/flashChunk))
+			for t, q := range pos {
+				pl.PartOff[t] = int32(pl.Parts)
+				pl.Parts += int(q)/flashChunk + 1
+			}
 		}
 	}
 	per := pl.Warps * (16 / (H / p.KVHeads)) // tokens a block
