@@ -25,6 +25,7 @@ type CUDAExecutor struct {
 	blocks    int
 	blockSize int
 
+	arena  *cuda.Arena // the weights, norms and embedding: one allocation
 	embed  cuda.Buf
 	norm   cuda.Buf
 	lmHead *cuda.Weight
@@ -79,8 +80,9 @@ func (e *CUDAExecutor) alloc(n int) (cuda.Buf, error) {
 	return b, err
 }
 
+// bytes copies src into the weight arena.
 func (e *CUDAExecutor) bytes(src []byte) (cuda.Buf, error) {
-	b, err := e.alloc(len(src))
+	b, err := e.arena.Take(len(src))
 	if err != nil {
 		return b, err
 	}
@@ -95,16 +97,34 @@ func (e *CUDAExecutor) floats(src []float32) (cuda.Buf, error) {
 }
 
 func (e *CUDAExecutor) weight(w *kernels.Weight) (*cuda.Weight, error) {
-	dw, err := e.d.UploadWeight(w)
-	if err == nil {
-		e.allocs = append(e.allocs, dw.Data, dw.Scales)
-	}
-	return dw, err
+	return e.d.UploadWeightTo(w, e.arena)
 }
 
+// upload copies the model into one device allocation (the weight arena)
+// and allocates the KV pools of every layer as another.
 func (e *CUDAExecutor) upload() error {
 	m, d := e.m, e.m.d
-	var err error
+	size := cuda.ArenaBytes(len(m.embed)) + cuda.ArenaBytes(4*len(m.norm)) + cuda.WeightArenaBytes(&m.lmHead)
+	for i := range m.layers {
+		ly := &m.layers[i]
+		for _, f := range [][]float32{ly.inputNorm, ly.postNorm, ly.qNorm, ly.kNorm} {
+			size += cuda.ArenaBytes(4 * len(f))
+		}
+		for _, w := range []*kernels.Weight{&ly.q, &ly.k, &ly.v, &ly.o, &ly.gate, &ly.up, &ly.down} {
+			size += cuda.WeightArenaBytes(w)
+		}
+	}
+	buf, err := e.alloc(size)
+	if err != nil {
+		return fmt.Errorf("runtime: CUDA executor: the weights' %d bytes: %w", size, err)
+	}
+	e.arena = cuda.NewArena(buf)
+	poolBytes := e.blocks * e.blockSize * d.kvHeads * d.headDim * e.dtype.Size()
+	kvBuf, err := e.alloc(2 * d.layers * cuda.ArenaBytes(poolBytes))
+	if err != nil {
+		return fmt.Errorf("runtime: CUDA executor: a KV cache of %d blocks (%d bytes): %w", e.blocks, 2*d.layers*poolBytes, err)
+	}
+	kvArena := cuda.NewArena(kvBuf)
 	if e.embed, err = e.bytes(m.embed); err != nil {
 		return err
 	}
@@ -116,7 +136,6 @@ func (e *CUDAExecutor) upload() error {
 	if e.lmHead, err = e.weight(&m.lmHead); err != nil {
 		return err
 	}
-	poolBytes := e.blocks * e.blockSize * d.kvHeads * d.headDim * e.dtype.Size()
 	e.layers = make([]cudaLayer, d.layers)
 	for i := range m.layers {
 		ly, dl := &m.layers[i], &e.layers[i]
@@ -141,10 +160,10 @@ func (e *CUDAExecutor) upload() error {
 			ks, vs = ly.kScale, ly.vScale
 		}
 		dl.kv = cuda.KVPool{DType: e.dtype, KVHeads: d.kvHeads, HeadDim: d.headDim, BlockSize: e.blockSize, KScale: ks, VScale: vs}
-		if dl.kv.K, err = e.alloc(poolBytes); err != nil {
+		if dl.kv.K, err = kvArena.Take(poolBytes); err != nil {
 			return err
 		}
-		if dl.kv.V, err = e.alloc(poolBytes); err != nil {
+		if dl.kv.V, err = kvArena.Take(poolBytes); err != nil {
 			return err
 		}
 	}

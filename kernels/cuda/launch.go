@@ -119,6 +119,16 @@ func (d *Device) Download(dst []byte, src Buf) error {
 
 // UploadWeight allocates and copies w's data and scales.
 func (d *Device) UploadWeight(w *kernels.Weight) (*Weight, error) {
+	return d.uploadWeight(w, nil)
+}
+
+// uploadWeight uploads w into spans from take (nil: a device allocation
+// each, which the caller frees).
+func (d *Device) uploadWeight(w *kernels.Weight, take func(n int) (Buf, error)) (*Weight, error) {
+	owned := take == nil
+	if owned {
+		take = d.Alloc
+	}
 	if err := w.Check(); err != nil {
 		return nil, err
 	}
@@ -133,24 +143,26 @@ func (d *Device) UploadWeight(w *kernels.Weight) (*Weight, error) {
 		if err = d.Upload(raw, w.Data); err != nil {
 			return nil, err
 		}
-		if dw.Data, err = d.Alloc(TiledBytes(w.Out, w.In)); err != nil {
+		if dw.Data, err = take(TiledBytes(w.Out, w.In)); err != nil {
 			return nil, err
 		}
 		dw.Tiled = true
 		if err = d.Run(func(k *K) error { return k.TileWeight(dw.Data, raw, w.Out, w.In) }); err != nil {
-			d.Free(dw.Data)
+			if owned {
+				d.Free(dw.Data)
+			}
 			return nil, err
 		}
 		return dw, nil
 	}
-	if dw.Data, err = d.Alloc(len(w.Data)); err != nil {
+	if dw.Data, err = take(len(w.Data)); err != nil {
 		return nil, err
 	}
 	if err = d.Upload(dw.Data, w.Data); err != nil {
 		return nil, err
 	}
 	if len(w.Scales) > 0 {
-		if dw.Scales, err = d.Alloc(4 * len(w.Scales)); err != nil {
+		if dw.Scales, err = take(4 * len(w.Scales)); err != nil {
 			return nil, err
 		}
 		if err = d.Upload(dw.Scales, unsafe.Slice((*byte)(unsafe.Pointer(&w.Scales[0])), 4*len(w.Scales))); err != nil {
