@@ -61,7 +61,7 @@ done
 if [ -n "${NCU:-}" ]; then
 	echo "== Nsight Compute: one launch each of the decode GEMV, the prefill GEMM and prefill attention"
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-	for k in "lb_mma_gemv gemv-bf16/live-only=1/4096x4096" "lb_mma_gemm_kc4 gemm-bf16/lb_mma_gemm_kc4/T=1024/4096x4096" "lb_flash_d128_k1_whole attention-prefill/T=1024" "lb_flash_d128_k1_split attention-decode/ctx=8192"; do
+	for k in "lb_mma_gemv gemv-bf16/lb_mma_gemv/4096x4096" "lb_mma_gemv1_s2 gemv-bf16/lb_mma_gemv1_s2/4096x4096" "lb_mma_gemm_kc4 gemm-bf16/lb_mma_gemm_kc4/T=1024/4096x4096" "lb_flash_d128_k1_whole attention-prefill/T=1024" "lb_flash_d128_k1_split attention-decode/ctx=8192"; do
 		set -- $k
 		(cd kernels/cuda && timeout 120 "$ncu" --clock-control none --kernel-name "$1" --launch-skip 3 --launch-count 1 \
 			--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \

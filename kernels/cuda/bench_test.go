@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -74,32 +75,64 @@ func BenchmarkKernels(b *testing.B) {
 		}
 		return per
 	}
-	defaultLive := gemvLiveOnly
-	defer func() { gemvLiveOnly = defaultLive }()
-	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {151936, 4096}} {
-		for _, live := range []int{defaultLive, 1 - defaultLive} {
-			gemvLiveOnly = live
-			b.Run(fmt.Sprintf("gemv-bf16/live-only=%d/%dx%d", live, sh.out, sh.in), func(b *testing.B) {
-				w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
-				dw, err := d.UploadWeight(w)
-				if err != nil {
+	// The GEMV variants (the same bits, checked here against the default's
+	// output): lb_mma_gemv loading only live lanes' activations or all of
+	// them, and the single-token kernels with 2 or 3 weight slots a warp.
+	defaultLive, defaultDecode := gemvLiveOnly, gemvDecode
+	defer func() { gemvLiveOnly, gemvDecode = defaultLive, defaultDecode }()
+	type gemvVariant struct {
+		name   string
+		live   int
+		decode string
+		slots  int
+	}
+	gemvVariants := []gemvVariant{
+		{"lb_mma_gemv", 1, "", 0}, {"lb_mma_gemv-all-lanes", 0, "", 0},
+		{"lb_mma_gemv1_s2", 1, "lb_mma_gemv1_s2", 2}, {"lb_mma_gemv1_s3", 1, "lb_mma_gemv1_s3", 3},
+	}
+	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {4096, 12288}, {151936, 4096}} {
+		w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
+		gemvLiveOnly, gemvDecode = defaultLive, defaultDecode
+		dw, err := d.UploadWeight(w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		x, _ := d.Alloc(4 * sh.in)
+		y, _ := d.Alloc(4 * sh.out)
+		xs := make([]float32, sh.in)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+		var want []byte
+		for _, v := range gemvVariants {
+			gemvLiveOnly, gemvDecode.name, gemvDecode.slots = v.live, v.decode, v.slots
+			b.Run(fmt.Sprintf("gemv-bf16/%s/%dx%d", v.name, sh.out, sh.in), func(b *testing.B) {
+				if err := d.Run(func(k *K) error {
+					if err := k.Poison(y); err != nil {
+						return err
+					}
+					return k.MatMul(y, x, 1, dw)
+				}); err != nil {
 					b.Fatal(err)
 				}
-				defer d.Free(dw.Data)
-				x, _ := d.Alloc(4 * sh.in)
-				y, _ := d.Alloc(4 * sh.out)
-				defer d.Free(x)
-				defer d.Free(y)
-				xs := make([]float32, sh.in)
-				for i := range xs {
-					xs[i] = float32(rng.NormFloat64())
+				got := make([]byte, 4*sh.out)
+				if err := d.Download(got, y); err != nil {
+					b.Fatal(err)
 				}
-				d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
+				if want == nil {
+					want = got
+				} else if !bytes.Equal(got, want) {
+					b.Fatalf("%s's output differs from %s's", v.name, gemvVariants[0].name)
+				}
 				timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
 			})
 		}
-		gemvLiveOnly = defaultLive
+		d.Free(dw.Data)
+		d.Free(x)
+		d.Free(y)
 	}
+	gemvLiveOnly, gemvDecode = defaultLive, defaultDecode
 	// Prefill GEMMs on the tensor cores (T tokens at once), beside PyTorch's
 	// matmul on the same shapes in the same device call when
 	// LOWBIT_TORCH_GEMM names scripts/torch_gemm.py's output.

@@ -103,6 +103,15 @@ var gemmKernel = struct {
 	shared int
 }{"lb_mma_gemm_kc4", 3 * 4 * 16 << 10}
 
+// gemvDecode names the single-token GEMV variant (lb_mma_gemv1_s2 or _s3:
+// the token's terms in shared memory, a ring of 2 or 3 weight slots a
+// warp), or "" for lb_mma_gemv at every token count. The same bits; a
+// variable so that BenchmarkKernels and TestConformanceVariants run each.
+var gemvDecode = struct {
+	name  string
+	slots int
+}{}
+
 // gemvLiveOnly (1) makes lb_mma_gemv skip the activation loads of padding
 // tokens; 0 loads them all. The same bits; a variable so that
 // BenchmarkKernels times both.
@@ -223,6 +232,12 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
+	if T == 1 && gemvDecode.name != "" {
+		shared := nc*96 + mmaGemvWarps*gemvDecode.slots*mmaSpan*512 + spans*64
+		if shared <= mmaGemvShared {
+			return k.gemvLaunches(ys, ws, gemvDecode.name, 1, shared, ptrArg(t.buf.ptr), intArg(in))
+		}
+	}
 	// Token groups a block: as many as shared memory holds next to the
 	// weight slots, up to mmaGemvGroups (a span's sums take 512 bytes a
 	// group).
@@ -231,6 +246,14 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if slots+spans*gpb*512 > mmaGemvShared {
 		return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-slots)/512*mmaSpan*16)
 	}
+	return k.gemvLaunches(ys, ws, "lb_mma_gemv", (t.groups+gpb-1)/gpb, slots+spans*gpb*512,
+		ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(gemvLiveOnly))
+}
+
+// gemvLaunches launches GEMV kernel name over weights ws, up to three a
+// launch (their row tiles side by side along the grid's x), with the
+// kernel's remaining arguments rest.
+func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, gridY, shared int, rest ...arg) error {
 	for len(ws) > 0 {
 		n := min(3, len(ws))
 		var args []arg
@@ -243,9 +266,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 				args = append(args, ptrArg(0), ptrArg(0), intArg(0))
 			}
 		}
-		args = append(args, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(gemvLiveOnly))
-		if err := d.launch("lb_mma_gemv", [3]int{tiles, (t.groups + gpb - 1) / gpb, 1}, [3]int{32 * mmaGemvWarps, 1, 1},
-			slots+spans*gpb*512, args...); err != nil {
+		if err := k.d.launch(name, [3]int{tiles, gridY, 1}, [3]int{32 * mmaGemvWarps, 1, 1}, shared, append(args, rest...)...); err != nil {
 			return err
 		}
 		ys, ws = ys[n:], ws[n:]

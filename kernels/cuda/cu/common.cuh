@@ -167,6 +167,10 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 // cp_async_wait1 waits for all but the latest committed group.
 __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+// cp_async_wait waits for all but the latest n committed groups.
+template <int n> __device__ __forceinline__ void cp_async_wait() {
+	asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory");
+}
 
 // ldsm_x4 loads four 8×8 BF16 matrices from shared memory (ldmatrix): lane
 // l gives the address of row l & 7 of matrix l >> 3 and receives, in r[i],

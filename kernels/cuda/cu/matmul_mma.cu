@@ -188,6 +188,90 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 	}
 }
 
+// mma_gemv1 is lb_mma_gemv for a single token (a batch-1 decode step),
+// with the same reduction order and bits. The token's terms are the only
+// live lanes of the activations (lanes 0-3 of group 0): a block copies
+// them into shared memory once (96 bytes a chunk), so a span's mma chain
+// waits on no activation load from L2; each warp keeps NSLOT − 1 spans of
+// weights in flight (a ring of NSLOT 8 KB slots). Dynamic shared memory:
+// nc·96 + MMA_GEMV_WARPS·NSLOT·8 KB + spans·64 bytes.
+template <int NSLOT>
+__device__ __forceinline__ void mma_gemv1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1,
+                                          float *y2, const uint4 *w2, int out2, const uint2 *xs, int in) {
+	extern __shared__ uint4 smem[];
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
+	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
+	float *y = y0;
+	const uint4 *w = w0;
+	int out = out0;
+	if (m >= (out0 + 15) / 16) {
+		m -= (out0 + 15) / 16;
+		y = y1, w = w1, out = out1;
+		if (m >= (out1 + 15) / 16) {
+			m -= (out1 + 15) / 16;
+			y = y2, w = w2, out = out2;
+		}
+	}
+	uint4 *slots = smem + wi * NSLOT * MMA_SPAN * 32;
+	uint2 *xc = (uint2 *)(smem + MMA_GEMV_WARPS * NSLOT * MMA_SPAN * 32); // [nc][3 terms][4 lanes]
+	float *part = (float *)(xc + nc * 12);                                  // [spans][16 rows]
+	const uint4 *wr = w + (i64)m * nc * 32 + lane;
+	auto fetch = [&](int s, int slot) {
+		if (s < spans)
+			for (int i = 0; i < min(MMA_SPAN, nc - s * MMA_SPAN); i++)
+				cp_async16(slots + (slot * MMA_SPAN + i) * 32 + lane, wr + (i64)(s * MMA_SPAN + i) * 32);
+		cp_async_commit();
+	};
+#pragma unroll
+	for (int k = 0; k < NSLOT - 1; k++) fetch(wi + k * MMA_GEMV_WARPS, k);
+	for (int i = threadIdx.x; i < nc * 12; i += blockDim.x) xc[i] = xs[(i >> 2) * 32 + (i & 3)];
+	__syncthreads();
+	for (int s = wi, k = 0; s < spans; s += MMA_GEMV_WARPS, k++) {
+		fetch(s + (NSLOT - 1) * MMA_GEMV_WARPS, (k + NSLOT - 1) % NSLOT);
+		cp_async_wait<NSLOT - 1>(); // span s has landed (each lane reads only what it copied)
+		int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0), slot = k % NSLOT;
+		uint4 a[MMA_SPAN];
+#pragma unroll
+		for (int i = 0; i < MMA_SPAN; i++)
+			if (i < nch) a[i] = slots[(slot * MMA_SPAN + i) * 32 + lane];
+		float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+		for (int i = 0; i < MMA_SPAN; i++) {
+			if (i < nch) {
+#pragma unroll
+				for (int j = 0; j < 3; j++) {
+					uint2 b;
+					b.x = b.y = 0u;
+					if (g == 0) b = xc[((c0 + i) * 3 + j) * 4 + q];
+					mma_bf16(acc, a[i], b.x, b.y);
+				}
+			}
+		}
+		// Token 0's column: fragment elements 0 (row g) and 2 (row g + 8)
+		// of the lanes with q = 0.
+		if (q == 0) {
+			part[s * 16 + g] = acc[0];
+			part[s * 16 + g + 8] = acc[2];
+		}
+	}
+	__syncthreads();
+	if (threadIdx.x < 16 && 16 * m + (int)threadIdx.x < out) {
+		float sum = 0.0f;
+		for (int s = 0; s < spans; s++) sum += part[s * 16 + threadIdx.x];
+		y[16 * m + threadIdx.x] = sum;
+	}
+}
+
+#define MMA_GEMV1_PARAMS                                                                                              \
+	float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2, const uint4 *w2, int out2, \
+	    const uint2 *xs, int in
+extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv1_s2(MMA_GEMV1_PARAMS) {
+	mma_gemv1<2>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, in);
+}
+extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv1_s3(MMA_GEMV1_PARAMS) {
+	mma_gemv1<3>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, in);
+}
+
 // lb_mma_gemm: blocks of 8 warps on 128 rows × 128 tokens. Each stage of
 // MMA_GEMM_KC column chunks (8 KB of weight tiles, 24 KB of activation
 // terms) streams into shared memory by cp.async, MMA_GEMM_STAGES − 1 stages
