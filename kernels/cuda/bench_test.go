@@ -141,10 +141,7 @@ func BenchmarkKernels(b *testing.B) {
 	defer func() { gemmKernel = defaultGEMM }()
 	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {4096, 12288}} {
 		const T = 1024
-		for _, variant := range []struct {
-			name   string
-			shared int
-		}{defaultGEMM, {"lb_mma_gemm", 3 * 2 * 16 << 10}} {
+		for _, variant := range gemmVariants {
 			gemmKernel = variant
 			b.Run(fmt.Sprintf("gemm-bf16/%s/T=%d/%dx%d", variant.name, T, sh.out, sh.in), func(b *testing.B) {
 				w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}

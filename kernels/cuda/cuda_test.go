@@ -50,7 +50,9 @@ func TestConformanceVariants(t *testing.T) {
 		{"gemv-all-lanes", func() { gemvLiveOnly = 0 }},
 		{"gemv1_s2", func() { gemvDecode.name, gemvDecode.slots = "lb_mma_gemv1_s2", 2 }},
 		{"gemv1_s3", func() { gemvDecode.name, gemvDecode.slots = "lb_mma_gemv1_s3", 3 }},
-		{"gemm-kc2", func() { gemmKernel.name, gemmKernel.shared = "lb_mma_gemm", 3*2*16<<10 }},
+		{"gemm-kc2", func() { gemmKernel = gemmVariants[1] }},
+		{"gemm-w16", func() { gemmKernel = gemmVariants[2] }},
+		{"gemm-r64", func() { gemmKernel = gemmVariants[3] }},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			gemvLiveOnly, gemvDecode, gemmKernel = live, decode, gemm

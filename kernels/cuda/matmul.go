@@ -95,13 +95,26 @@ func (k *K) MatMul(y, x Buf, T int, w *Weight) error {
 		intArg(T), intArg(w.Out), intArg(w.In), intArg(weightFormatIDs[w.Format]), intArg(act))
 }
 
-// gemmKernel is the prefill GEMM: lb_mma_gemm_kc4 (3 stages of 4 column
-// chunks, 10% faster on the H200) or lb_mma_gemm (of 2), the same bits; a
-// variable so that BenchmarkKernels times both.
-var gemmKernel = struct {
-	name   string
-	shared int
-}{"lb_mma_gemm_kc4", 3 * 4 * 16 << 10}
+// gemmVariant is one of matmul_mma.cu's prefill GEMM kernels: its block's
+// rows and threads, and its shared memory.
+type gemmVariant struct {
+	name                  string
+	rows, threads, shared int
+}
+
+// gemmVariants are the GEMM kernels (the same bits); gemmKernel is the one
+// MatMul launches, a variable so that BenchmarkKernels and
+// TestConformanceVariants run each. lb_mma_gemm_kc4 measured 10% faster
+// than lb_mma_gemm on the H200.
+var (
+	gemmVariants = []gemmVariant{
+		{"lb_mma_gemm_kc4", 128, 256, 3 * 4 * (8*512 + 16*768)},
+		{"lb_mma_gemm", 128, 256, 3 * 2 * (8*512 + 16*768)},
+		{"lb_mma_gemm_w16", 128, 512, 3 * 4 * (8*512 + 16*768)},
+		{"lb_mma_gemm_r64", 64, 256, 3 * 2 * (4*512 + 16*768)},
+	}
+	gemmKernel = gemmVariants[0]
+)
 
 // gemvDecode names the single-token GEMV variant (lb_mma_gemv1_s2 or _s3:
 // the token's terms in shared memory, a ring of 2 or 3 weight slots a
@@ -225,7 +238,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if T > mmaGemvTokens {
 		tb := (T + mmaTokPad - 1) / mmaTokPad
 		for i, w := range ws {
-			if err := d.launch(gemmKernel.name, [3]int{(w.Out + mmaRowPad - 1) / mmaRowPad, tb, 1}, [3]int{256, 1, 1}, gemmKernel.shared,
+			if err := d.launch(gemmKernel.name, [3]int{(w.Out + gemmKernel.rows - 1) / gemmKernel.rows, tb, 1}, [3]int{gemmKernel.threads, 1, 1}, gemmKernel.shared,
 				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(t.buf.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
 				return err
 			}

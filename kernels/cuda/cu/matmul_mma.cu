@@ -272,42 +272,50 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv1_s3(MMA_GEMV1_PARA
 	mma_gemv1<3>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, in);
 }
 
-// lb_mma_gemm: blocks of 8 warps on 128 rows × 128 tokens. Each stage of
-// MMA_GEMM_KC column chunks (8 KB of weight tiles, 24 KB of activation
-// terms) streams into shared memory by cp.async, MMA_GEMM_STAGES − 1 stages
-// ahead of the one being multiplied; warp (wr, wc) takes row tiles
-// 4wr .. 4wr + 3 and token groups 4wc .. 4wc + 3, 48 mma a chunk, the spans
-// summed in registers. Both layouts are fragment-native, so a lane reads
-// its fragments from shared memory as whole 16- and 8-byte words, without
-// bank conflicts. Dynamic shared memory: MMA_GEMM_STAGES · MMA_GEMM_KC · 16 KB.
-// lb_mma_gemm stages 2 chunks, lb_mma_gemm_kc4 4 (fewer barriers, twice
-// the shared memory); both give the same bits.
+// lb_mma_gemm*: blocks of WRW × WCW warps, each warp on WR row tiles × WC
+// token groups (a block on BR = 16·WR·WRW rows × BT = 8·WC·WCW tokens, BR
+// and BT dividing MMA_ROW_PAD and MMA_TOK_PAD). Each stage of KC column
+// chunks (BR/16 · KC weight tiles, BT/8 · KC chunks of activation terms)
+// streams into shared memory by cp.async, STAGES − 1 stages ahead of the
+// one being multiplied; a warp issues 3·WR·WC mma a chunk, a term's WR·WC
+// independent ones back to back, and sums the spans in registers. Both
+// layouts are fragment-native, so a lane reads its fragments from shared
+// memory as whole 16- and 8-byte words, without bank conflicts. Dynamic
+// shared memory: STAGES · KC · (BR/16 · 512 + BT/8 · 768) bytes. Every
+// variant gives the same bits:
+//   lb_mma_gemm      8 warps of 4×4 tiles, 128 × 128, 2 chunks a stage;
+//   lb_mma_gemm_kc4  the same, 4 chunks a stage (the default);
+//   lb_mma_gemm_w16  16 warps of 2×4 tiles, 128 × 128, 4 chunks a stage
+//                    (half the registers a thread, twice the warps a SM);
+//   lb_mma_gemm_r64  8 warps of 2×4 tiles, 64 × 128, 2 chunks a stage
+//                    (shared memory for two blocks a SM).
 #define MMA_GEMM_STAGES 3
-template <int MMA_GEMM_KC>
+template <int WR, int WC, int WRW, int WCW, int KC>
 __device__ __forceinline__ void mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in) {
 	extern __shared__ uint4 smem[];
-	constexpr int A_U4 = MMA_GEMM_KC * 8 * 32;      // a stage's weight tiles, in uint4
-	constexpr int B_U4 = MMA_GEMM_KC * 16 * 3 * 16; // its activation terms, in uint4
+	constexpr int NT = 32 * WRW * WCW, BRT = WR * WRW, BG = WC * WCW; // threads, row tiles, token groups
+	constexpr int A_U4 = KC * BRT * 32;                               // a stage's weight tiles, in uint4
+	constexpr int B_U4 = KC * BG * 3 * 16;                            // its activation terms, in uint4
 	constexpr int STAGE = A_U4 + B_U4;
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-	int nc = (in + 15) / 16, nk = (nc + MMA_GEMM_KC - 1) / MMA_GEMM_KC;
-	int mb = blockIdx.x * 8, nb = blockIdx.y * 16, wr = wi & 1, wc = wi >> 1;
+	int nc = (in + 15) / 16, nk = (nc + KC - 1) / KC;
+	int mb = blockIdx.x * BRT, nb = blockIdx.y * BG, wr = wi % WRW, wc = wi / WRW;
 	auto load = [&](int kt) {
 		uint4 *sa = smem + (kt % MMA_GEMM_STAGES) * STAGE, *sb = sa + A_U4;
-		for (int i = threadIdx.x; i < A_U4; i += 256) {
-			int cc = i / 256, tile = (i >> 5) & 7, c = kt * MMA_GEMM_KC + cc;
+		for (int i = threadIdx.x; i < A_U4; i += NT) {
+			int cc = i / (BRT * 32), tile = (i >> 5) % BRT, c = kt * KC + cc;
 			if (c < nc) cp_async16(sa + i, w + ((i64)(mb + tile) * nc + c) * 32 + (i & 31));
 		}
-		for (int i = threadIdx.x; i < B_U4; i += 256) {
-			int cc = i / (16 * 48), grp = (i / 48) % 16, c = kt * MMA_GEMM_KC + cc;
+		for (int i = threadIdx.x; i < B_U4; i += NT) {
+			int cc = i / (BG * 48), grp = (i / 48) % BG, c = kt * KC + cc;
 			if (c < nc) cp_async16(sb + i, (const uint4 *)(xs + ((i64)(nb + grp) * nc + c) * 96) + i % 48);
 		}
 	};
-	float acc[4][4][4], tot[4][4][4];
+	float acc[WR][WC][4], tot[WR][WC][4];
 #pragma unroll
-	for (int r = 0; r < 4; r++)
+	for (int r = 0; r < WR; r++)
 #pragma unroll
-		for (int n = 0; n < 4; n++)
+		for (int n = 0; n < WC; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) acc[r][n][e] = tot[r][n][e] = 0.0f;
 #pragma unroll
@@ -316,37 +324,37 @@ __device__ __forceinline__ void mma_gemm(float *y, const uint4 *w, const uint2 *
 		cp_async_commit();
 	}
 	for (int kt = 0; kt < nk; kt++) {
-		cp_async_wait1(); // stage kt has landed (MMA_GEMM_STAGES = 3)
-		__syncthreads();  // and every warp is done with the stage the next load overwrites
+		cp_async_wait<MMA_GEMM_STAGES - 2>(); // stage kt has landed
+		__syncthreads(); // and every warp is done with the stage the next load overwrites
 		if (kt + MMA_GEMM_STAGES - 1 < nk) load(kt + MMA_GEMM_STAGES - 1);
 		cp_async_commit();
 		const uint4 *sa = smem + (kt % MMA_GEMM_STAGES) * STAGE;
 		const uint2 *sb = (const uint2 *)(sa + A_U4);
 #pragma unroll
-		for (int cc = 0; cc < MMA_GEMM_KC; cc++) {
-			int c = kt * MMA_GEMM_KC + cc;
+		for (int cc = 0; cc < KC; cc++) {
+			int c = kt * KC + cc;
 			if (c >= nc) break;
-			uint4 a[4];
-			uint2 b[4][3];
+			uint4 a[WR];
+			uint2 b[WC][3];
 #pragma unroll
-			for (int r = 0; r < 4; r++) a[r] = sa[(cc * 8 + wr * 4 + r) * 32 + lane];
+			for (int r = 0; r < WR; r++) a[r] = sa[(cc * BRT + wr * WR + r) * 32 + lane];
 #pragma unroll
-			for (int n = 0; n < 4; n++)
+			for (int n = 0; n < WC; n++)
 #pragma unroll
-				for (int j = 0; j < 3; j++) b[n][j] = sb[((cc * 16 + wc * 4 + n) * 3 + j) * 32 + lane];
-			// A term's 16 mma are independent: each accumulator sees hi,
-			// mid and lo in order with 15 others between them.
+				for (int j = 0; j < 3; j++) b[n][j] = sb[((cc * BG + wc * WC + n) * 3 + j) * 32 + lane];
+			// A term's WR·WC mma are independent: each accumulator sees hi,
+			// mid and lo in order with the others between them.
 #pragma unroll
 			for (int j = 0; j < 3; j++)
 #pragma unroll
-				for (int r = 0; r < 4; r++)
+				for (int r = 0; r < WR; r++)
 #pragma unroll
-					for (int n = 0; n < 4; n++) mma_bf16(acc[r][n], a[r], b[n][j].x, b[n][j].y);
+					for (int n = 0; n < WC; n++) mma_bf16(acc[r][n], a[r], b[n][j].x, b[n][j].y);
 			if ((c + 1) % MMA_SPAN == 0 || c + 1 == nc) {
 #pragma unroll
-				for (int r = 0; r < 4; r++)
+				for (int r = 0; r < WR; r++)
 #pragma unroll
-					for (int n = 0; n < 4; n++)
+					for (int n = 0; n < WC; n++)
 #pragma unroll
 						for (int e = 0; e < 4; e++) {
 							tot[r][n][e] += acc[r][n][e];
@@ -356,19 +364,26 @@ __device__ __forceinline__ void mma_gemm(float *y, const uint4 *w, const uint2 *
 		}
 	}
 #pragma unroll
-	for (int r = 0; r < 4; r++)
+	for (int r = 0; r < WR; r++)
 #pragma unroll
-		for (int n = 0; n < 4; n++)
+		for (int n = 0; n < WC; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				int row = 16 * (mb + wr * 4 + r) + g + 8 * (e >> 1), t = 8 * (nb + wc * 4 + n) + 2 * q + (e & 1);
+				int row = 16 * (mb + wr * WR + r) + g + 8 * (e >> 1), t = 8 * (nb + wc * WC + n) + 2 * q + (e & 1);
 				if (row < out && t < T) y[(i64)t * out + row] = tot[r][n][e];
 			}
 }
 
-extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in) {
-	mma_gemm<2>(y, w, xs, T, out, in);
+#define MMA_GEMM_PARAMS float *y, const uint4 *w, const uint2 *xs, int T, int out, int in
+extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm(MMA_GEMM_PARAMS) {
+	mma_gemm<4, 4, 2, 4, 2>(y, w, xs, T, out, in);
 }
-extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm_kc4(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in) {
-	mma_gemm<4>(y, w, xs, T, out, in);
+extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm_kc4(MMA_GEMM_PARAMS) {
+	mma_gemm<4, 4, 2, 4, 4>(y, w, xs, T, out, in);
+}
+extern "C" __global__ void __launch_bounds__(512) lb_mma_gemm_w16(MMA_GEMM_PARAMS) {
+	mma_gemm<2, 4, 4, 4, 4>(y, w, xs, T, out, in);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) lb_mma_gemm_r64(MMA_GEMM_PARAMS) {
+	mma_gemm<2, 4, 2, 4, 2>(y, w, xs, T, out, in);
 }
