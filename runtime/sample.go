@@ -80,19 +80,58 @@ func (s *Sampler) Sample(logits []float32) int {
 	if !limited && !topP {
 		return s.sampleUnranked(logits)
 	}
-	var c []candidate
 	if limited {
 		// Dividing by a positive temperature keeps the order, so the top k
 		// are chosen on the raw logits and only they are scaled.
-		c = s.topKCandidates(logits, o.TopK)
-	} else {
-		s.fill(logits)
-		k := n
-		if n > preselect {
-			k = preselect // widened below if those tokens hold too little mass
-		}
-		c = topSorted(s.cand, k)
+		return s.draw(s.topKCandidates(logits, o.TopK), nil)
 	}
+	s.fill(logits)
+	k := n
+	if n > preselect {
+		k = preselect // widened below if those tokens hold too little mass
+	}
+	return s.draw(topSorted(s.cand, k), logits)
+}
+
+// TopSampleable reports the length of a TopLogits list that SampleTop needs
+// to draw exactly what Sample would from the whole row (greedy: 1; top-k:
+// k), or 0 when the options need the whole row (top-p or min-p alone, or
+// plain sampling, normalize over every token).
+func (s *Sampler) TopSampleable() int {
+	switch o := s.opts; {
+	case o.Temperature == 0:
+		return 1
+	case o.TopK > 0:
+		return o.TopK
+	}
+	return 0
+}
+
+// SampleTop draws the next token from a row's best logits (ids and logits
+// largest first, ties by ascending id, at least TopSampleable of them):
+// the same token Sample draws from the whole row, with the same generator
+// state after.
+func (s *Sampler) SampleTop(ids []int32, logits []float32) int {
+	o := s.opts
+	if o.Temperature == 0 {
+		return int(ids[0])
+	}
+	c := s.cand[:0]
+	for i := range min(o.TopK, len(ids)) {
+		c = append(c, candidate{int(ids[i]), float64(logits[i]) / o.Temperature})
+	}
+	s.cand = c
+	return s.draw(c, nil)
+}
+
+// draw finishes Sample from its ranked candidates c: the softmax over them
+// (over every token of logits when logits is not nil: top-p alone, where c
+// is a preselection), top-p, min-p, then the draw.
+func (s *Sampler) draw(c []candidate, logits []float32) int {
+	o := s.opts
+	n := len(logits)
+	limited := logits == nil
+	topP := o.TopP > 0 && o.TopP < 1
 	// The softmax runs over the top-k tokens, or over every token when only
 	// top-p limits them (so that preselected probabilities are exact).
 	maxV := c[0].v

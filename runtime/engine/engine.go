@@ -386,24 +386,9 @@ func (e *Engine) preempt(s *seqState) {
 	e.mu.Unlock()
 }
 
-// keepLogits bounds the logits buffer the engine keeps between steps (a
-// step with many prompt-logprob rows gets a buffer of its own).
-const keepLogits = 64 << 20
-
 // step runs one forward and delivers its results.
 func (e *Engine) step(batch []runtime.BatchEntry, sched []*seqState) {
-	var logits []float32
-	var err error
-	if bx, ok := e.exec.(runtime.BufferedExecutor); ok {
-		// No Output keeps a reference into the rows: they are the buffer's
-		// until the next step.
-		logits, err = bx.ForwardInto(batch, e.logits)
-		if err == nil && cap(logits)*4 <= keepLogits {
-			e.logits = logits
-		}
-	} else {
-		logits, err = e.exec.Forward(batch)
-	}
+	rows, tops, err := e.forward(batch, sched)
 	if err != nil {
 		for _, s := range sched {
 			e.finish(s, Output{Err: fmt.Errorf("engine: forward: %w", err)})
@@ -411,20 +396,14 @@ func (e *Engine) step(batch []runtime.BatchEntry, sched []*seqState) {
 		e.running = slices.DeleteFunc(e.running, func(s *seqState) bool { return slices.Contains(sched, s) })
 		return
 	}
-	V := e.m.VocabSize()
 	var prompt int64
-	rowAt := make([]int, len(sched))
-	r := 0
 	for k, s := range sched {
-		b := batch[k]
-		n := len(b.Tokens)
+		n := len(batch[k].Tokens)
 		if s.computed < s.nPrompt {
 			prompt += int64(min(s.computed+n, s.nPrompt) - s.computed)
 		}
 		s.computed += n
 		e.registerBlocks(s)
-		rowAt[k] = r
-		r += b.Logits
 	}
 	// Sampling and log-probabilities touch only their own request, so the
 	// requests of a step are served in parallel: a vocabulary-wide pass a
@@ -437,7 +416,11 @@ func (e *Engine) step(batch []runtime.BatchEntry, sched []*seqState) {
 			var lp []float32
 			for k := int(next.Add(1) - 1); k < len(sched); k = int(next.Add(1) - 1) {
 				b := batch[k]
-				outs[k] = e.results(sched[k], logits[rowAt[k]*V:(rowAt[k]+b.Logits)*V], b.Start+len(b.Tokens)-b.Logits, &lp)
+				if tops[k] != nil {
+					outs[k] = e.resultsTop(sched[k], tops[k])
+				} else {
+					outs[k] = e.results(sched[k], rows[k], b.Start+len(b.Tokens)-b.Logits, &lp)
+				}
 			}
 		})
 	}
@@ -488,32 +471,42 @@ func (e *Engine) results(s *seqState, rows []float32, first int, lp *[]float32) 
 		if p != len(s.tokens)-1 {
 			continue
 		}
-		if !s.started {
-			s.started = true
-			out.PromptTokens, out.CachedTokens = s.nPrompt, s.cached
-			if s.promptLP != nil {
-				out.PromptLogprobs = s.promptLP
-			}
-		}
-		if s.req.MaxTokens == 0 {
-			out.Finish = FinishLength
-			break
-		}
-		tok := s.sample(row)
-		if s.req.Logprobs >= 0 {
-			out.Logprobs = append(out.Logprobs, positionLogprobs(logSoftmax(row), tok, s.req.Logprobs))
-		}
-		s.tokens = append(s.tokens, tok)
-		s.generated++
-		out.Tokens = append(out.Tokens, tok)
-		switch {
-		case s.stop[tok] && s.generated >= s.req.MinTokens:
-			out.Finish, out.StopToken = FinishStop, tok
-		case s.generated >= s.req.MaxTokens || len(s.tokens) >= e.cfg.MaxModelLen:
-			out.Finish = FinishLength
-		}
+		e.generate(s, &out, func() int { return s.sample(row) }, func(tok int) PositionLogprobs {
+			return positionLogprobs(logSoftmax(row), tok, s.req.Logprobs)
+		})
 	}
 	return out
+}
+
+// generate adds to out what s's last position gives: on its first Output
+// the prompt's counts and log-probabilities, then the token sample draws
+// with logprobs' log-probabilities for it when asked, and whether the
+// request ends there.
+func (e *Engine) generate(s *seqState, out *Output, sample func() int, logprobs func(tok int) PositionLogprobs) {
+	if !s.started {
+		s.started = true
+		out.PromptTokens, out.CachedTokens = s.nPrompt, s.cached
+		if s.promptLP != nil {
+			out.PromptLogprobs = s.promptLP
+		}
+	}
+	if s.req.MaxTokens == 0 {
+		out.Finish = FinishLength
+		return
+	}
+	tok := sample()
+	if s.req.Logprobs >= 0 {
+		out.Logprobs = append(out.Logprobs, logprobs(tok))
+	}
+	s.tokens = append(s.tokens, tok)
+	s.generated++
+	out.Tokens = append(out.Tokens, tok)
+	switch {
+	case s.stop[tok] && s.generated >= s.req.MinTokens:
+		out.Finish, out.StopToken = FinishStop, tok
+	case s.generated >= s.req.MaxTokens || len(s.tokens) >= e.cfg.MaxModelLen:
+		out.Finish = FinishLength
+	}
 }
 
 // sample draws s's next token from a row of raw logits; before MinTokens
