@@ -37,6 +37,11 @@ type CUDAExecutor struct {
 	bufGen   int
 	graphs   map[graphKey]*cuda.Graph
 	graphGen map[graphKey]int
+
+	// TopOnDevice lets the engine take rows as TopLogits reduced on the
+	// device (ForwardTop) instead of whole rows. Off until topk.cu has run
+	// on a GPU (it was written after the last device time of its session).
+	TopOnDevice bool
 }
 
 type cudaLayer struct {
@@ -258,10 +263,82 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 // (memory the host has already touched, which the copy fills faster than
 // fresh pages).
 func (e *CUDAExecutor) ForwardInto(batch []BatchEntry, dst []float32) ([]float32, error) {
+	var logits []float32
+	err := e.forward(batch, func(k *cuda.K, rows int) error {
+		if rows == 0 {
+			return nil
+		}
+		logits = logitsBuffer(dst, rows*e.m.d.vocab)
+		return k.Download(f32Bytes(logits), e.act.logits.F32(0, rows*e.m.d.vocab))
+	})
+	return logits, err
+}
+
+// TopMax is cuda.TopKMax when TopOnDevice is set, else 0.
+func (e *CUDAExecutor) TopMax() int {
+	if e.TopOnDevice {
+		return cuda.TopKMax
+	}
+	return 0
+}
+
+// ForwardTop runs the batch and copies back the rows full marks whole
+// (into dst when it can hold them) and the TopLogits of the others,
+// reduced on the device (topk.cu): k entries a row instead of the
+// vocabulary.
+func (e *CUDAExecutor) ForwardTop(batch []BatchEntry, k int, full []bool, dst []float32) ([]float32, []TopLogits, error) {
+	V := e.m.d.vocab
+	if k < 1 || k > cuda.TopKMax || k > V {
+		return nil, nil, fmt.Errorf("runtime: ForwardTop: k = %d outside [1, %d]", k, min(cuda.TopKMax, V))
+	}
+	var rows []float32
+	var tops []TopLogits
+	err := e.forward(batch, func(kk *cuda.K, n int) error {
+		if n != len(full) {
+			return fmt.Errorf("runtime: ForwardTop: %d logits rows, %d marks", n, len(full))
+		}
+		whole := 0
+		for _, f := range full {
+			if f {
+				whole++
+			}
+		}
+		rows = logitsBuffer(dst, whole*V)
+		w := 0
+		for r, f := range full {
+			if f {
+				if err := kk.Download(f32Bytes(rows[w*V:(w+1)*V]), e.act.logits.F32(r*V, (r+1)*V)); err != nil {
+					return err
+				}
+				w++
+			}
+		}
+		if whole == n {
+			return nil
+		}
+		ids, vals, lps, ties, err := kk.TopK(e.act.logits, n, V, k)
+		if err != nil {
+			return err
+		}
+		tops = make([]TopLogits, n)
+		for r := range tops {
+			if !full[r] {
+				tops[r] = TopLogits{IDs: ids[r*k : (r+1)*k], Logits: vals[r*k : (r+1)*k], Logprobs: lps[r*k : (r+1)*k], Ties: int(ties[r])}
+			}
+		}
+		return nil
+	})
+	return rows, tops, err
+}
+
+// forward runs the batch on the device; collect, inside the same Run once
+// the forward is queued, copies back what the caller wants of the rows
+// logits rows in act.logits.
+func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows int) error) error {
 	m, d := e.m, e.m.d
 	T, rows, err := m.checkBatch(batch, e.blocks, e.blockSize)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Host-side batch description: ids, positions and sequence of each
 	// token, the block tables (one row of stride entries a sequence), and
@@ -293,11 +370,11 @@ func (e *CUDAExecutor) ForwardInto(batch []BatchEntry, dst []float32) ([]float32
 		t += len(b.Tokens)
 	}
 	if err := e.reserve(T, max(rows, 1), len(tables)); err != nil {
-		return nil, err
+		return err
 	}
 	plan := cuda.PlanAttention(seq, pos, d.heads, &e.layers[0].kv, stride*e.blockSize)
 	if err := e.d.ReserveAttention(plan.Parts, d.heads, d.headDim); err != nil {
-		return nil, err
+		return err
 	}
 	key := graphKey{T, stride, plan.Split}
 	g := e.graphs[key]
@@ -306,7 +383,6 @@ func (e *CUDAExecutor) ForwardInto(batch []BatchEntry, dst []float32) ([]float32
 		delete(e.graphs, key)
 		g = nil
 	}
-	logits := logitsBuffer(dst, rows*d.vocab)
 	err = e.d.Run(func(k *cuda.K) error {
 		a := &e.act
 		for _, in := range []struct {
@@ -324,13 +400,10 @@ func (e *CUDAExecutor) ForwardInto(batch []BatchEntry, dst []float32) ([]float32
 		} else if err := e.step(k, T, rows, stride, plan); err != nil {
 			return err
 		}
-		if rows == 0 {
-			return nil
-		}
-		return k.Download(unsafe.Slice((*byte)(unsafe.Pointer(&logits[0])), 4*len(logits)), a.logits.F32(0, rows*d.vocab))
+		return collect(k, rows)
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if decode && g == nil && len(e.graphs) < maxGraphs {
 		// The eager run just sized every buffer this shape needs.
@@ -339,10 +412,7 @@ func (e *CUDAExecutor) ForwardInto(batch []BatchEntry, dst []float32) ([]float32
 			e.graphGen[key] = e.bufGen
 		}
 	}
-	if rows == 0 {
-		return nil, nil
-	}
-	return logits, nil
+	return nil
 }
 
 // maxGraphs bounds the captured decode graphs (one per batch size, table
@@ -507,6 +577,13 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		}
 	}
 	return nil
+}
+
+func f32Bytes(s []float32) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
 }
 
 func i32Bytes(s []int32) []byte {

@@ -18,6 +18,14 @@ func NewCUDAExecutor(*Model, *cuda.Device, int, int, kernels.KVDType) (*CUDAExec
 // Forward returns kernels.ErrNoCgo.
 func (e *CUDAExecutor) Forward([]BatchEntry) ([]float32, error) { return nil, kernels.ErrNoCgo }
 
+// TopMax returns 0.
+func (e *CUDAExecutor) TopMax() int { return 0 }
+
+// ForwardTop returns kernels.ErrNoCgo.
+func (e *CUDAExecutor) ForwardTop([]BatchEntry, int, []bool, []float32) ([]float32, []TopLogits, error) {
+	return nil, nil, kernels.ErrNoCgo
+}
+
 // ForwardInto returns kernels.ErrNoCgo.
 func (e *CUDAExecutor) ForwardInto([]BatchEntry, []float32) ([]float32, error) {
 	return nil, kernels.ErrNoCgo

@@ -30,6 +30,7 @@ type BufferedExecutor interface {
 var (
 	_ BufferedExecutor = (*KVPool)(nil)
 	_ BufferedExecutor = (*CUDAExecutor)(nil)
+	_ TopExecutor      = (*CUDAExecutor)(nil)
 )
 
 // Forward runs ForwardBatch of the pool's model on the pool.

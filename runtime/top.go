@@ -55,8 +55,10 @@ func TopLogitsOf(row, lp []float32, k int) TopLogits {
 // marks, only their TopLogits. ForwardTop runs the batch as Forward does;
 // logits row r (in Forward's order) comes back whole when full[r], in rows
 // (the whole rows one after the other, written into dst when it can hold
-// them), and otherwise as tops[r] with k entries.
+// them), and otherwise as tops[r] with k ≤ TopMax() entries. TopMax 0
+// means the executor returns whole rows only.
 type TopExecutor interface {
 	Executor
+	TopMax() int
 	ForwardTop(batch []BatchEntry, k int, full []bool, dst []float32) (rows []float32, tops []TopLogits, err error)
 }

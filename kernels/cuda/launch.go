@@ -402,3 +402,32 @@ func (k *K) WriteKVBatch(p *KVPool, kv, vv Buf, b *Batch, T int) error {
 		ptrArg(kv.ptr), ptrArg(vv.ptr), intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(b.Tables.ptr),
 		intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), intArg(p.BlockSize), intArg(T), intArg(row))
 }
+
+// TopKMax is TOPK_MAX of topk.cu: the most entries TopK returns a row.
+const TopKMax = 64
+
+// TopK reduces each of rows rows of logits [rows, V] to its k best
+// entries (largest first, ties by ascending id), their log-probabilities
+// and the count of entries at least as probable as the k-th (topk.cu),
+// and copies them back.
+func (k *K) TopK(logits Buf, rows, V, n int) (ids []int32, vals, lps []float32, ties []int32, err error) {
+	if n < 1 || n > TopKMax || n > V || logits.bytes < 4*rows*V {
+		return nil, nil, nil, nil, fmt.Errorf("cuda: TopK of %d from %d rows of %d in %d bytes", n, rows, V, logits.bytes)
+	}
+	out, err := k.Scratch(4 * rows * (3*n + 1))
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	part := func(i int) Buf { return out.Slice(4*rows*n*i, 4*rows*n*(i+1)) }
+	tiesBuf := out.Slice(4*rows*n*3, 4*rows*(3*n+1))
+	if err := k.d.launch("lb_topk", [3]int{rows, 1, 1}, [3]int{1024, 1, 1}, 0, ptrArg(logits.ptr), intArg(V), intArg(n),
+		ptrArg(part(0).ptr), ptrArg(part(1).ptr), ptrArg(part(2).ptr), ptrArg(tiesBuf.ptr)); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	host := make([]int32, rows*(3*n+1))
+	if err := k.Download(asBytes(host, len(host)), out); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	f := unsafe.Slice((*float32)(unsafe.Pointer(&host[0])), len(host))
+	return host[:rows*n], f[rows*n : 2*rows*n], f[2*rows*n : 3*rows*n], host[3*rows*n:], nil
+}

@@ -62,3 +62,65 @@ func TestCUDAEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestCUDATopLogits: with TopOnDevice the GPU executor reduces decode rows
+// to their TopLogits on the device (topk.cu) and the engine gives the
+// tokens it gives from whole rows — greedy and top-k sampling — with
+// log-probabilities and ranks within float32 rounding of the whole rows'
+// (the device's log-sum-exp against the host's), alone and batched.
+// Skips without a GPU.
+func TestCUDATopLogits(t *testing.T) {
+	d, err := cuda.Open(cuda.Options{})
+	if errors.Is(err, cuda.ErrNoDevice) {
+		t.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	m := tinyModel(t)
+	gpu := func(top bool) Config {
+		return Config{KVCacheDType: "auto", MaxNumBatchedTokens: 40, NewExecutor: func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
+			x, err := runtime.NewCUDAExecutor(m, d, blocks, bs, dt)
+			if err == nil {
+				x.TopOnDevice = top
+			}
+			return x, err
+		}}
+	}
+	rng := rand.New(rand.NewPCG(10, 10))
+	var reqs []*Request
+	for i := range 6 {
+		r := &Request{Prompt: randomPrompt(rng, 5+rng.IntN(60)), MaxTokens: 8, PromptLogprobs: -1, Logprobs: 3}
+		if i%2 == 1 {
+			r.Sampling = runtime.SamplingOptions{Temperature: 0.7, TopK: 20, TopP: 0.95, Seed: uint64(i)}
+		}
+		reqs = append(reqs, r)
+	}
+	alone, together, e := aloneAndTogether(t, m, gpu(true), gpu(true), reqs)
+	if _, ok := e.exec.(runtime.TopExecutor); !ok {
+		t.Fatal("the CUDA executor is not a TopExecutor")
+	}
+	for i, r := range reqs {
+		a, b, w := alone[i], together[i], run(t, newEngine(t, m, gpu(false)), r)
+		if !slices.Equal(a.tokens, b.tokens) || !slices.EqualFunc(a.logprobs, b.logprobs, equalPos) {
+			t.Errorf("request %d with TopLogits: batched %v, alone %v", i, b.tokens, a.tokens)
+		}
+		if !slices.Equal(a.tokens, w.tokens) {
+			t.Errorf("request %d: tokens %v from TopLogits, %v from whole rows", i, a.tokens, w.tokens)
+			continue
+		}
+		for p := range w.logprobs {
+			x, y := a.logprobs[p], w.logprobs[p]
+			if x.Token.ID != y.Token.ID || x.Token.Rank != y.Token.Rank || math.Abs(float64(x.Token.Logprob-y.Token.Logprob)) > 1e-5 {
+				t.Errorf("request %d position %d: token logprob %+v from TopLogits, %+v from whole rows", i, p, x.Token, y.Token)
+			}
+			for j := range y.Top {
+				if j >= len(x.Top) || x.Top[j].ID != y.Top[j].ID || math.Abs(float64(x.Top[j].Logprob-y.Top[j].Logprob)) > 1e-5 {
+					t.Errorf("request %d position %d: top %d differs: %+v vs %+v", i, p, j, x.Top, y.Top)
+					break
+				}
+			}
+		}
+	}
+}

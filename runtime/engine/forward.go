@@ -24,13 +24,15 @@ func (e *Engine) forward(batch []runtime.BatchEntry, sched []*seqState) (rows []
 	V := e.m.VocabSize()
 	rows = make([][]float32, len(batch))
 	tops = make([]*runtime.TopLogits, len(batch))
-	if tx, ok := e.exec.(runtime.TopExecutor); ok {
+	if tx, ok := e.exec.(runtime.TopExecutor); ok && tx.TopMax() > 0 {
 		var full []bool
 		k, anyTop := 1, false
 		for i, b := range batch {
 			need := 0
 			if b.Logits == 1 {
-				need = e.topNeed(sched[i], b)
+				if need = e.topNeed(sched[i], b); need > tx.TopMax() {
+					need = 0
+				}
 			}
 			for range b.Logits {
 				full = append(full, need == 0)

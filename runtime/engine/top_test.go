@@ -19,6 +19,8 @@ type hostTop struct {
 	tops *atomic.Int64
 }
 
+func (h hostTop) TopMax() int { return 64 }
+
 func (h hostTop) ForwardTop(batch []runtime.BatchEntry, k int, full []bool, dst []float32) ([]float32, []runtime.TopLogits, error) {
 	logits, err := h.Forward(batch)
 	if err != nil {
