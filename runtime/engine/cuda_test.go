@@ -19,16 +19,7 @@ import (
 // log-probabilities within float32 summation-order differences. Skips
 // without a GPU.
 func TestCUDAEngine(t *testing.T) {
-	d, err := cuda.Open(cuda.Options{})
-	if errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Cleanups run last-in first-out: the device closes after the engines
-	// (newEngine's cleanups) that use it.
-	t.Cleanup(func() { d.Close() })
+	d := openDevice(t)
 	m := tinyModel(t)
 	onGPU := func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
 		return runtime.NewCUDAExecutor(m, d, blocks, bs, dt)
@@ -70,14 +61,7 @@ func TestCUDAEngine(t *testing.T) {
 // (the device's log-sum-exp against the host's), alone and batched.
 // Skips without a GPU.
 func TestCUDATopLogits(t *testing.T) {
-	d, err := cuda.Open(cuda.Options{})
-	if errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := openDevice(t)
 	m := tinyModel(t)
 	gpu := func(top bool) Config {
 		return Config{KVCacheDType: "auto", MaxNumBatchedTokens: 40, NewExecutor: func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
@@ -123,4 +107,19 @@ func TestCUDATopLogits(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openDevice opens the GPU or skips the test. Cleanups run last-in
+// first-out: the device closes after the engines (newEngine's cleanups)
+// that use it.
+func openDevice(t *testing.T) *cuda.Device {
+	d, err := cuda.Open(cuda.Options{})
+	if errors.Is(err, cuda.ErrNoDevice) {
+		t.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }

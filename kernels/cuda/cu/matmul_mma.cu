@@ -90,6 +90,23 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 	}
 }
 
+// mma_pick finds which of up to three weights of the same input (their
+// row tiles one after the other along blockIdx.x) row tile *m belongs to,
+// and makes *m its tile within that weight.
+__device__ __forceinline__ void mma_pick(int *m, float **y, const uint4 **w, int *out, float *y0, const uint4 *w0,
+                                         int out0, float *y1, const uint4 *w1, int out1, float *y2, const uint4 *w2,
+                                         int out2) {
+	*y = y0, *w = w0, *out = out0;
+	if (*m >= (out0 + 15) / 16) {
+		*m -= (out0 + 15) / 16;
+		*y = y1, *w = w1, *out = out1;
+		if (*m >= (out1 + 15) / 16) {
+			*m -= (out1 + 15) / 16;
+			*y = y2, *w = w2, *out = out2;
+		}
+	}
+}
+
 #define MMA_GEMV_WARPS 4
 
 // lb_mma_gemv: one block of MMA_GEMV_WARPS warps a row tile m (blockIdx.x,
@@ -106,20 +123,10 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
                                                               int live_only) {
 	extern __shared__ uint4 smem[];
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
-	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
-	// Up to three weights of the same input in one launch: their row tiles
-	// one after the other along blockIdx.x.
-	float *y = y0;
-	const uint4 *w = w0;
-	int out = out0;
-	if (m >= (out0 + 15) / 16) {
-		m -= (out0 + 15) / 16;
-		y = y1, w = w1, out = out1;
-		if (m >= (out1 + 15) / 16) {
-			m -= (out1 + 15) / 16;
-			y = y2, w = w2, out = out2;
-		}
-	}
+	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
+	float *y;
+	const uint4 *w;
+	mma_pick(&m, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
 	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
 	uint4 *slots = smem + wi * 2 * MMA_SPAN * 32;
 	float *part = (float *)(smem + MMA_GEMV_WARPS * 2 * MMA_SPAN * 32);
@@ -200,18 +207,10 @@ __device__ __forceinline__ void mma_gemv1(float *y0, const uint4 *w0, int out0, 
                                           float *y2, const uint4 *w2, int out2, const uint2 *xs, int in) {
 	extern __shared__ uint4 smem[];
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
-	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
-	float *y = y0;
-	const uint4 *w = w0;
-	int out = out0;
-	if (m >= (out0 + 15) / 16) {
-		m -= (out0 + 15) / 16;
-		y = y1, w = w1, out = out1;
-		if (m >= (out1 + 15) / 16) {
-			m -= (out1 + 15) / 16;
-			y = y2, w = w2, out = out2;
-		}
-	}
+	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
+	float *y;
+	const uint4 *w;
+	mma_pick(&m, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
 	uint4 *slots = smem + wi * NSLOT * MMA_SPAN * 32;
 	uint2 *xc = (uint2 *)(smem + MMA_GEMV_WARPS * NSLOT * MMA_SPAN * 32); // [nc][3 terms][4 lanes]
 	float *part = (float *)(xc + nc * 12);                                  // [spans][16 rows]
