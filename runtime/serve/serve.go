@@ -276,8 +276,16 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 			e.KVCacheBytes>>20, e.MaxModelLen, minimum>>20, dt)
 	}
 	if dev != nil {
+		// LOWBIT_TOP_ON_DEVICE=1 reduces decode rows to their best entries
+		// on the GPU (runtime.CUDAExecutor.TopOnDevice), for measuring it
+		// before it becomes the default.
+		top := os.Getenv("LOWBIT_TOP_ON_DEVICE") == "1"
 		e.NewExecutor = func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
-			return runtime.NewCUDAExecutor(m, dev, blocks, bs, dt)
+			x, err := runtime.NewCUDAExecutor(m, dev, blocks, bs, dt)
+			if err == nil {
+				x.TopOnDevice = top
+			}
+			return x, err
 		}
 	}
 	return e, nil
