@@ -8,7 +8,9 @@ import (
 )
 
 // CUDAExecutor needs cgo; see cuda.go.
-type CUDAExecutor struct{}
+type CUDAExecutor struct {
+	TopOnDevice bool
+}
 
 // NewCUDAExecutor returns kernels.ErrNoCgo.
 func NewCUDAExecutor(*Model, *cuda.Device, int, int, kernels.KVDType) (*CUDAExecutor, error) {

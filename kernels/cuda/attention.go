@@ -107,6 +107,18 @@ func PlanAttention(seq, pos []int32, H int, p *KVPool, ctx int) AttentionPlan {
 	return pl
 }
 
+// AttentionPartialsBytes bounds the device memory a batch of up to tokens
+// tokens takes for attention partials with H query heads over KVH KV heads
+// of headDim: flashMaxPartials where the tensor-core kernels serve it (they run
+// a batch whole rather than pass it), else attention.cu's most (attSplits
+// chunks a token).
+func AttentionPartialsBytes(H, KVH, headDim, tokens int) int64 {
+	if flashFits(&KVPool{KVHeads: KVH, HeadDim: headDim}, H) {
+		return flashMaxPartials
+	}
+	return 4 * int64(tokens) * attSplits * int64(H) * int64(headDim+2)
+}
+
 // PartOffsets returns, for positions pos, each token's first chunk of
 // attention.cu's kernels (a prefix sum of the chunk counts
 // p/attChunk(p) + 1) and the total.

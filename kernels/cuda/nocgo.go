@@ -33,5 +33,8 @@ func (d *Device) Close() error { return nil }
 // String describes the device.
 func (d *Device) String() string { return "no device" }
 
+// AttentionPartialsBytes is 0: there is no device to hold them.
+func AttentionPartialsBytes(H, KVH, headDim, tokens int) int64 { return 0 }
+
 // MemInfo returns an error: there is no device.
 func (d *Device) MemInfo() (free, total int64, err error) { return 0, 0, ErrNoDevice }

@@ -259,8 +259,8 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 		qd, kvd := d.Heads*d.HeadDim, d.KVHeads*d.HeadDim
 		acts := int64(e.MaxNumBatchedTokens) * 4 * int64(2*d.Hidden+2*d.Intermediate+2*qd+2*kvd)
 		logits := 4 * int64(m.VocabSize()) * int64(e.MaxNumSeqs+256)
-		// The attention's per-chunk partials: up to 64 chunks a token.
-		partials := 4 * int64(e.MaxNumBatchedTokens) * 64 * int64(d.Heads*(d.HeadDim+2))
+		// The attention's per-chunk partials.
+		partials := cuda.AttentionPartialsBytes(d.Heads, d.KVHeads, d.HeadDim, e.MaxNumBatchedTokens)
 		budget := int64(c.GPUMemoryUtilization*float64(total)) - (total - free) - m.WeightBytes() - acts - logits - partials - 512<<20
 		e.KVCacheBytes = min(budget, want)
 	default:
