@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/lowbit-ai/lowbit/kernels"
 	"github.com/lowbit-ai/lowbit/kernels/kerneltest"
@@ -25,6 +26,9 @@ import (
 // as in a model's decode step, rather than from the last-level cache.
 //
 //	go test -run '^$' -bench 'GEMV|GEMM|MemoryBandwidth' ./kernels/cpu
+//
+// BenchmarkGEMVHuge streams the copies from huge pages, BenchmarkGEMVHot
+// one weight from the caches.
 
 var benchShapes = []struct{ out, in int }{{1024, 3072}, {3072, 1024}, {151936, 1024}}
 
@@ -100,10 +104,16 @@ func benchWeight(f kernels.WeightFormat, act kernels.ActQuant, out, in int) *ker
 
 func weightBytes(w *kernels.Weight) int64 { return int64(len(w.Data) + 4*len(w.Scales)) }
 
-func BenchmarkGEMV(b *testing.B) { benchMatMul(b, 1) }
-func BenchmarkGEMM(b *testing.B) { benchMatMul(b, 64) }
+func BenchmarkGEMV(b *testing.B) { benchMatMul(b, 1, false) }
+func BenchmarkGEMM(b *testing.B) { benchMatMul(b, 64, false) }
 
-func benchMatMul(b *testing.B, T int) {
+// BenchmarkGEMVHuge is BenchmarkGEMV with the copies in huge-page memory,
+// where a model loaded with runtime.LoadOptions.NoMmap keeps its weights:
+// the Go heap's 4 KiB pages hold the GEMVs below what the kernels stream
+// from huge pages.
+func BenchmarkGEMVHuge(b *testing.B) { benchMatMul(b, 1, true) }
+
+func benchMatMul(b *testing.B, T int, huge bool) {
 	ops := newOps(b, "", 0)
 	bw := memoryRoofline(b, ops)
 	rng := rand.New(rand.NewPCG(23, 24))
@@ -111,9 +121,23 @@ func benchMatMul(b *testing.B, T int) {
 		for _, sh := range benchShapes {
 			w := benchWeight(fa.f, fa.a, sh.out, sh.in)
 			ws := []*kernels.Weight{w}
+			var arena []byte
+			free := func() {}
+			if huge {
+				arena, free = hugeBytes(b, benchCycleBytes+2*int(weightBytes(w))+128)
+			}
 			for int64(len(ws))*weightBytes(w) < benchCycleBytes {
 				c := *w
-				c.Data, c.Scales = slices.Clone(w.Data), slices.Clone(w.Scales)
+				if huge {
+					c.Data, arena = arena[:len(w.Data):len(w.Data)], arena[(len(w.Data)+63)&^63:]
+					copy(c.Data, w.Data)
+					if n := len(w.Scales); n > 0 {
+						c.Scales, arena = unsafe.Slice((*float32)(unsafe.Pointer(&arena[0])), n), arena[(4*n+63)&^63:]
+						copy(c.Scales, w.Scales)
+					}
+				} else {
+					c.Data, c.Scales = slices.Clone(w.Data), slices.Clone(w.Scales)
+				}
 				ws = append(ws, &c)
 			}
 			x := randn(rng, T*sh.in, 1)
@@ -133,8 +157,9 @@ func benchMatMul(b *testing.B, T int) {
 				}
 				b.ReportMetric(2*float64(T*sh.out*sh.in)*float64(b.N)/s/1e9, "GFLOP/s")
 			})
+			free()
 			// The Go reference, where it takes well under a second a call.
-			if T*sh.out*sh.in <= 1<<22 {
+			if !huge && T*sh.out*sh.in <= 1<<22 {
 				b.Run("ref/"+name, func(b *testing.B) {
 					b.SetBytes(weightBytes(w))
 					for b.Loop() {
@@ -142,6 +167,29 @@ func benchMatMul(b *testing.B, T int) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkGEMVHot multiplies one 1024x1024 weight of each format over and
+// over, on one thread and on all: it stays in the caches, so this is how
+// fast the kernels decode and multiply when memory does not bound them,
+// in Gweights/s (decode streams a weight from memory at its bytes per
+// weight times this at most).
+func BenchmarkGEMVHot(b *testing.B) {
+	for _, threads := range []int{1, 0} {
+		ops := newOps(b, "", threads)
+		rng := rand.New(rand.NewPCG(25, 26))
+		for _, fa := range benchFormats {
+			w := benchWeight(fa.f, fa.a, 1024, 1024)
+			x := randn(rng, w.In, 1)
+			y := make([]float32, w.Out)
+			b.Run(fmt.Sprintf("%s/threads=%d/%v/%v", ops.Name(), ops.Threads(), fa.f, fa.a), func(b *testing.B) {
+				for b.Loop() {
+					ops.MatMul(y, x, 1, w)
+				}
+				b.ReportMetric(float64(w.Out*w.In)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gweights/s")
+			})
 		}
 	}
 }

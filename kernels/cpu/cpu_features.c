@@ -8,13 +8,17 @@
 //   LB_ISA_AVX2     AVX2, FMA and F16C;
 //   LB_ISA_GENERIC  always (plain C, also on non-x86 machines).
 // gcc's __builtin_cpu_supports reads CPUID and checks through XGETBV that the
-// OS saves the AVX and AVX-512 register state.
+// OS saves the AVX and AVX-512 register state. lb_vbmi: whether the AVX-512
+// path runs its VBMI variants (the CPU has AVX512_VBMI, and lb_set_vbmi has
+// not turned them off for a test).
 //
 // AVX512_BF16 (vdpbf16ps) is deliberately not used: it multiplies BF16 by
 // BF16, and the contract keeps activations in float32, so BF16 weights are
 // widened to float32 (a 16-bit shift) and multiplied with float32 FMAs.
 //
-// Tested by TestISAs and by every op test, which runs each supported path.
+// Tested by TestISAs and by every op test, which runs each supported path;
+// the plain AVX-512 variants by TestConformanceWithoutVBMI and
+// TestVBMIBitIdentical.
 #include "internal.h"
 
 int lb_isa_supported(int isa) {
@@ -34,4 +38,17 @@ int lb_isa_supported(int isa) {
 #endif
 	}
 	return 0;
+}
+
+static int vbmi_on = 1;
+
+void lb_set_vbmi(int on) { vbmi_on = on; }
+
+int lb_vbmi(void) {
+#ifdef LB_X86
+	__builtin_cpu_init();
+	return vbmi_on && __builtin_cpu_supports("avx512vbmi");
+#else
+	return 0;
+#endif
 }

@@ -22,6 +22,9 @@
 #include <immintrin.h>
 #define LB_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define LB_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+// The AVX-512 path has variants for CPUs with VBMI (byte permutes: Ice
+// Lake, Sapphire Rapids, Zen 4), chosen at run time by lb_vbmi (lbcpu.h).
+#define LB_AVX512VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")))
 #endif
 
 // ---------------------------------------------------------------------------

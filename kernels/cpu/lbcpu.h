@@ -46,10 +46,12 @@ int lb_matmul3(lb_ctx *c, int n, const float *x, int64_t T, int fmt, int64_t in,
                float *y1, int64_t out1, const uint8_t *d1, const float *s1, float g1,
                float *y2, int64_t out2, const uint8_t *d2, const float *s2, float g2);
 
-// matmul_nvfp4.c: lb_set_nvfp4_vbmi(0) makes the AVX-512 path skip its VBMI
-// variant, so that tests on a VBMI CPU also run the plain AVX-512 one.
-// Not safe to call while MatMul runs.
-void lb_set_nvfp4_vbmi(int on);
+// cpu_features.c: lb_vbmi reports whether the AVX-512 path uses its VBMI
+// variants (the FP8 and NVFP4 MatMul's): the CPU has VBMI and lb_set_vbmi(0)
+// has not turned them off, which tests do to run the plain AVX-512 ones on a
+// VBMI CPU. lb_set_vbmi is not safe to call while MatMul runs.
+int lb_vbmi(void);
+void lb_set_vbmi(int on);
 
 // rmsnorm.c
 void lb_rmsnorm(lb_ctx *c, float *y, const float *x, const float *w, int64_t T, int64_t D, float eps,

@@ -117,7 +117,6 @@ LB_MM_ROWS(nvfp4_rows_avx512, LB_AVX512, nvfp4_tile_avx512, LB_MM_T)
 // low bits of dword k, and the vpermps above (low 4 bits of each index).
 // Everything else, the reduction order included, is _avx512's, so the two
 // give bit-identical results.
-#define LB_AVX512VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")))
 
 // A full tile (full = 1) addresses row r's codes and scales as one moving
 // base plus r times the row stride, which keeps the loop's pointers in
@@ -223,16 +222,9 @@ LB_INLINE LB_AVX2 void nvfp4_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_
 LB_MM_ROWS(nvfp4_rows_avx2, LB_AVX2, nvfp4_tile_avx2, 2)
 #endif
 
-static int nvfp4_vbmi = 1;
-
-void lb_set_nvfp4_vbmi(int on) { nvfp4_vbmi = on; }
-
 lb_mm_rows lb_mm_nvfp4_rows(int isa) {
 #ifdef LB_X86
-	if (isa == LB_ISA_AVX512) {
-		__builtin_cpu_init();
-		return nvfp4_vbmi && __builtin_cpu_supports("avx512vbmi") ? nvfp4_rows_avx512vbmi : nvfp4_rows_avx512;
-	}
+	if (isa == LB_ISA_AVX512) return lb_vbmi() ? nvfp4_rows_avx512vbmi : nvfp4_rows_avx512;
 	if (isa == LB_ISA_AVX2) return nvfp4_rows_avx2;
 #endif
 	(void)isa;

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/lowbit-ai/lowbit/format"
@@ -317,6 +318,22 @@ func TestDecodeAllCodes(t *testing.T) {
 				t.Errorf("e4m3 code %#02x × %g decodes to %g, want %g", c, f8.Scales[c], y[c], want)
 			}
 		}
+		// FP8 again with In = 64, which the AVX-512 VBMI variant decodes 64
+		// codes at a time: row c has code c in element c mod 64, +0 elsewhere,
+		// and x is all ones.
+		f8w := &kernels.Weight{Format: kernels.WeightFP8Channel, Out: 256, In: 64, Data: make([]byte, 256*64),
+			Scales: f8.Scales}
+		ones := make([]float32, 64)
+		for c := range 256 {
+			f8w.Data[c*64+c%64] = byte(c)
+			ones[c%64] = 1
+		}
+		ops.MatMul(y[:256], ones, 1, f8w)
+		for c := range 256 {
+			if want := format.E4M3ToFloat32(uint8(c)) * f8.Scales[c]; !sameBits(y[c], want) {
+				t.Errorf("e4m3 code %#02x × %g in element %d of 64 decodes to %g, want %g", c, f8.Scales[c], c%64, y[c], want)
+			}
+		}
 		// NVFP4: row o has code o in element 0 (low nibble) and in element 17 (high
 		// nibble of byte 8), zeros elsewhere; In = 32.
 		fp4 := &kernels.Weight{Format: kernels.WeightNVFP4, Out: 16, In: 32, Data: make([]byte, 16*16),
@@ -390,4 +407,44 @@ func TestMatMulPanics(t *testing.T) {
 	bad := *w
 	bad.Data = bad.Data[:11]
 	wantPanic(t, "data bytes", func() { ops.MatMul(make([]float32, 4), make([]float32, 6), 2, &bad) })
+}
+
+// TestVBMIBitIdentical checks that the AVX-512 FP8 MatMul gives the same bits
+// with its VBMI variant as without: they decode to the same values and run
+// the same FMAs in the same order. Every FP8 format and activation
+// quantization, In with and without a tail of fewer than 64 columns, and T
+// across the token tile and block.
+func TestVBMIBitIdentical(t *testing.T) {
+	if !slices.Contains(ISAs(), "avx512") || !hasVBMI() {
+		t.Skip("no AVX-512 VBMI on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(27, 28))
+	ops := newOps(t, "avx512", 2)
+	for _, f := range []kernels.WeightFormat{kernels.WeightFP8Channel, kernels.WeightFP8Tensor, kernels.WeightFP8Block} {
+		for _, act := range allActs {
+			for _, in := range []int{64, 256, 272, 1000} {
+				w := randWeight(rng, f, act, 37, in)
+				if w == nil {
+					continue
+				}
+				for i := range w.Data {
+					if rng.IntN(50) == 0 { // zeros and subnormals among the codes
+						w.Data[i] = byte(rng.IntN(8)) | byte(rng.IntN(2))<<7
+					}
+				}
+				w.Data[5*in+3], w.Data[6*in+in-1] = 0x7F, 0xFF // NaNs in two rows
+				for _, T := range []int{1, 3, 70} {
+					x := randn(rng, T*in, 1)
+					want, got := make([]float32, T*w.Out), make([]float32, T*w.Out)
+					setVBMI(false)
+					ops.MatMul(want, x, T, w)
+					setVBMI(true)
+					ops.MatMul(got, x, T, w)
+					if i := diffBits(got, want); i >= 0 {
+						t.Errorf("%v/%v/In=%d/T=%d: output %d is %g with VBMI, %g without", f, act, in, T, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
 }

@@ -16,12 +16,15 @@ func roundMinifloat(isa string, kind int, dst, src []float32) {
 	C.lb_round_minifloat(C.int(id), C.int(kind), fp(dst), fp(src), C.int64_t(len(src)))
 }
 
-// setNVFP4VBMI turns the VBMI variant of the AVX-512 NVFP4 MatMul on or off,
-// so that tests on a VBMI CPU also cover the plain AVX-512 variant.
-func setNVFP4VBMI(on bool) {
+// setVBMI turns the VBMI variants of the AVX-512 MatMul (FP8 and NVFP4) on
+// or off, so that tests on a VBMI CPU also cover the plain AVX-512 ones.
+func setVBMI(on bool) {
 	v := 0
 	if on {
 		v = 1
 	}
-	C.lb_set_nvfp4_vbmi(C.int(v))
+	C.lb_set_vbmi(C.int(v))
 }
+
+// hasVBMI reports whether the AVX-512 MatMul runs its VBMI variants.
+func hasVBMI() bool { return C.lb_vbmi() != 0 }
