@@ -9,8 +9,8 @@
 //   LB_ISA_GENERIC  always (plain C, also on non-x86 machines).
 // gcc's __builtin_cpu_supports reads CPUID and checks through XGETBV that the
 // OS saves the AVX and AVX-512 register state. lb_vbmi: whether the AVX-512
-// path runs its VBMI variants (the CPU has AVX512_VBMI, and lb_set_vbmi has
-// not turned them off for a test).
+// path runs its VBMI variant (the CPU has AVX512_VBMI, and lb_set_vbmi has
+// not turned it off for a test).
 //
 // AVX512_BF16 (vdpbf16ps) is deliberately not used: it multiplies BF16 by
 // BF16, and the contract keeps activations in float32, so BF16 weights are

@@ -22,7 +22,7 @@
 #include <immintrin.h>
 #define LB_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define LB_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-// The AVX-512 path has variants for CPUs with VBMI (byte permutes: Ice
+// The AVX-512 path has a variant for CPUs with VBMI (byte permutes: Ice
 // Lake, Sapphire Rapids, Zen 4), chosen at run time by lb_vbmi (lbcpu.h).
 #define LB_AVX512VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")))
 #endif
@@ -85,7 +85,8 @@ typedef struct lb_mm {
 	const float *ws;    // weight scales as kernels.Weight.Scales
 	int fmt;
 	float wpost;
-	float *y; // [T, out]
+	float *y;        // [T, out]
+	const float *xt; // x as lb_nvfp4_xt orders it for the NVFP4 AVX-512 kernel, else NULL
 } lb_mm;
 
 // A row kernel computes rows [o0, o1) of y for every token.
@@ -94,6 +95,10 @@ typedef void (*lb_mm_rows)(const lb_mm *m, int64_t o0, int64_t o1);
 lb_mm_rows lb_mm_bf16_rows(int isa);
 lb_mm_rows lb_mm_fp8_rows(int isa);
 lb_mm_rows lb_mm_nvfp4_rows(int isa);
+
+// lb_nvfp4_xt writes x [T, in] into xt [T, in] in the order of the NVFP4
+// AVX-512 kernel (matmul_nvfp4.c), which MatMul passes it as lb_mm.xt.
+void lb_nvfp4_xt(float *xt, const float *x, int64_t T, int64_t in);
 
 // LB_MM_ROWS defines a row kernel from an always-inline tile function
 // TILE(m, o, nr, t, nt) that computes rows o..o+nr-1 (nr <= LB_MM_R) for

@@ -47,9 +47,9 @@ int lb_matmul3(lb_ctx *c, int n, const float *x, int64_t T, int fmt, int64_t in,
                float *y2, int64_t out2, const uint8_t *d2, const float *s2, float g2);
 
 // cpu_features.c: lb_vbmi reports whether the AVX-512 path uses its VBMI
-// variants (the FP8 and NVFP4 MatMul's): the CPU has VBMI and lb_set_vbmi(0)
-// has not turned them off, which tests do to run the plain AVX-512 ones on a
-// VBMI CPU. lb_set_vbmi is not safe to call while MatMul runs.
+// variant (the FP8 MatMul's): the CPU has VBMI and lb_set_vbmi(0) has not
+// turned it off, which tests do to run the plain AVX-512 one on a VBMI CPU.
+// lb_set_vbmi is not safe to call while MatMul runs.
 int lb_vbmi(void);
 void lb_set_vbmi(int on);
 

@@ -50,18 +50,29 @@ static void mm_task(void *arg, int64_t task, int tid) {
 }
 
 // mm_prep quantizes x for `act` into scratch memory and points m at the
-// effective activations.
+// effective activations, and for the NVFP4 AVX-512 kernel at a copy of them
+// in its order as well.
 static int mm_prep(lb_ctx *c, lb_mm *m, const float *x, int act, float input_scale) {
 	m->x = x;
 	m->xpost = NULL;
-	if (act == LB_A_NONE) return LB_OK;
+	m->xt = NULL;
+	int xt = m->fmt == LB_W_NVFP4 && c->isa == LB_ISA_AVX512;
+	if (act == LB_A_NONE && !xt) return LB_OK;
 	int64_t T = m->T, in = m->in;
-	float *buf = lb_scratch(c, ((size_t)T * (size_t)in + (size_t)T) * sizeof(float));
+	// [T, in] activations, [T] scales, then [T, in] reordered, 64-byte aligned.
+	size_t n = (size_t)T * (size_t)in, at = (n + (size_t)T + 15) & ~(size_t)15;
+	float *buf = lb_scratch(c, (at + (xt ? n : 0)) * sizeof(float));
 	if (!buf) return LB_ERR_NOMEM;
-	int has_post;
-	lb_act_prep(c, buf, buf + T * in, &has_post, x, T, in, act, input_scale);
-	m->x = buf;
-	m->xpost = has_post ? buf + T * in : NULL;
+	if (act != LB_A_NONE) {
+		int has_post;
+		lb_act_prep(c, buf, buf + n, &has_post, x, T, in, act, input_scale);
+		m->x = buf;
+		m->xpost = has_post ? buf + n : NULL;
+	}
+	if (xt) {
+		lb_nvfp4_xt(buf + at, m->x, T, in);
+		m->xt = buf + at;
+	}
 	return LB_OK;
 }
 

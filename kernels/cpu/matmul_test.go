@@ -354,6 +354,30 @@ func TestDecodeAllCodes(t *testing.T) {
 				}
 			}
 		}
+		// NVFP4 again with In = 144, one 128-column chunk (which the AVX-512
+		// kernel decodes from byte offsets and shifts) and one block more: code
+		// o in element e of row o for every e, one-hot x, a scale per block.
+		fp4 = &kernels.Weight{Format: kernels.WeightNVFP4, Out: 16, In: 144, Data: make([]byte, 16*72),
+			Scales: make([]float32, 16*9), GlobalScale: 0.75}
+		for i := range fp4.Scales {
+			fp4.Scales[i] = format.E4M3ToFloat32(uint8(0x30 + i%9))
+		}
+		x := make([]float32, 144)
+		for e := range 144 {
+			clear(fp4.Data)
+			for o := range 16 {
+				fp4.Data[o*72+e/2] = byte(o) << (4 * (e % 2))
+			}
+			clear(x)
+			x[e] = 1
+			ops.MatMul(y[:16], x, 1, fp4)
+			for o := range 16 {
+				want := format.E2M1ToFloat32(uint8(o)) * fp4.Scales[9*o+e/16] * fp4.GlobalScale
+				if !sameBits(y[o], want) {
+					t.Errorf("e2m1 code %d in element %d of 144 decodes to %g, want %g", o, e, y[o], want)
+				}
+			}
+		}
 	})
 }
 

@@ -16,8 +16,8 @@ func roundMinifloat(isa string, kind int, dst, src []float32) {
 	C.lb_round_minifloat(C.int(id), C.int(kind), fp(dst), fp(src), C.int64_t(len(src)))
 }
 
-// setVBMI turns the VBMI variants of the AVX-512 MatMul (FP8 and NVFP4) on
-// or off, so that tests on a VBMI CPU also cover the plain AVX-512 ones.
+// setVBMI turns the VBMI variant of the AVX-512 FP8 MatMul on or off, so
+// that tests on a VBMI CPU also cover the plain AVX-512 one.
 func setVBMI(on bool) {
 	v := 0
 	if on {
@@ -26,5 +26,5 @@ func setVBMI(on bool) {
 	C.lb_set_vbmi(C.int(v))
 }
 
-// hasVBMI reports whether the AVX-512 MatMul runs its VBMI variants.
+// hasVBMI reports whether the AVX-512 FP8 MatMul runs its VBMI variant.
 func hasVBMI() bool { return C.lb_vbmi() != 0 }
