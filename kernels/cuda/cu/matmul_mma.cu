@@ -90,6 +90,30 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 	}
 }
 
+// mma_span sums one span of a 16-row tile in the reduction order every
+// kernel keeps: from 0, chunk by chunk, the hi, mid and lo products in
+// that order. The span's nch weight fragments come from a shared-memory
+// slot (each lane its own 16 bytes a tile), read before the chain of mma so
+// that it waits on no load; b(i, j) gives chunk i's term j as a B fragment.
+template <typename BFrag>
+__device__ __forceinline__ void mma_span(float *acc, const uint4 *slot, int nch, int lane, BFrag b) {
+	uint4 a[MMA_SPAN];
+#pragma unroll
+	for (int i = 0; i < MMA_SPAN; i++)
+		if (i < nch) a[i] = slot[i * 32 + lane];
+	acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+#pragma unroll
+	for (int i = 0; i < MMA_SPAN; i++) {
+		if (i < nch) {
+#pragma unroll
+			for (int j = 0; j < 3; j++) {
+				uint2 v = b(i, j);
+				mma_bf16(acc, a[i], v.x, v.y);
+			}
+		}
+	}
+}
+
 // mma_pick finds which of up to three weights of the same input (their
 // row tiles one after the other along blockIdx.x) row tile *m belongs to,
 // and makes *m its tile within that weight.
@@ -164,20 +188,8 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 						if (live) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
 					}
 			if (n == 0) cp_async_wait1(); // this span's tiles (each lane reads only what it copied)
-			// The span's weight fragments from shared memory first, so that
-			// the chain of mma waits on no load.
-			uint4 a[MMA_SPAN];
-#pragma unroll
-			for (int i = 0; i < MMA_SPAN; i++)
-				if (i < nch) a[i] = slots[(k * MMA_SPAN + i) * 32 + lane];
-			float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-			for (int i = 0; i < MMA_SPAN; i++) {
-				if (i < nch) {
-#pragma unroll
-					for (int j = 0; j < 3; j++) mma_bf16(acc, a[i], b[i][j].x, b[i][j].y);
-				}
-			}
+			float acc[4];
+			mma_span(acc, slots + k * MMA_SPAN * 32, nch, lane, [&](int i, int j) { return b[i][j]; });
 			// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
 #pragma unroll
 			for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];
@@ -229,23 +241,13 @@ __device__ __forceinline__ void mma_gemv1(float *y0, const uint4 *w0, int out0, 
 		fetch(s + (NSLOT - 1) * MMA_GEMV_WARPS, (k + NSLOT - 1) % NSLOT);
 		cp_async_wait<NSLOT - 1>(); // span s has landed (each lane reads only what it copied)
 		int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0), slot = k % NSLOT;
-		uint4 a[MMA_SPAN];
-#pragma unroll
-		for (int i = 0; i < MMA_SPAN; i++)
-			if (i < nch) a[i] = slots[(slot * MMA_SPAN + i) * 32 + lane];
-		float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-		for (int i = 0; i < MMA_SPAN; i++) {
-			if (i < nch) {
-#pragma unroll
-				for (int j = 0; j < 3; j++) {
-					uint2 b;
-					b.x = b.y = 0u;
-					if (g == 0) b = xc[((c0 + i) * 3 + j) * 4 + q];
-					mma_bf16(acc, a[i], b.x, b.y);
-				}
-			}
-		}
+		float acc[4];
+		mma_span(acc, slots + slot * MMA_SPAN * 32, nch, lane, [&](int i, int j) {
+			uint2 b;
+			b.x = b.y = 0u;
+			if (g == 0) b = xc[((c0 + i) * 3 + j) * 4 + q];
+			return b;
+		});
 		// Token 0's column: fragment elements 0 (row g) and 2 (row g + 8)
 		// of the lanes with q = 0.
 		if (q == 0) {
