@@ -23,10 +23,7 @@ import (
 func BenchmarkDecodeOps(b *testing.B) {
 	ops, bandwidth := benchBackend(b)
 	for _, v := range benchVariants {
-		for _, load := range []struct {
-			name string
-			opts LoadOptions
-		}{{"mmap", LoadOptions{}}, {"no-mmap", LoadOptions{NoMmap: true}}} {
+		for _, load := range benchLoads {
 			b.Run(v.name+"/"+load.name, func(b *testing.B) {
 				dir := benchCheckpoint(b, v)
 				benchDecode(b, dir, load.opts, ops, bandwidth) // load and prefill, once

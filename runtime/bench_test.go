@@ -19,6 +19,13 @@ import (
 	"github.com/lowbit-ai/lowbit/synth"
 )
 
+// benchLoads are the two ways BenchmarkDecode and BenchmarkDecodeOps load
+// each checkpoint.
+var benchLoads = []struct {
+	name string
+	opts LoadOptions
+}{{"mmap", LoadOptions{}}, {"no-mmap", LoadOptions{NoMmap: true}}}
+
 // The decode benchmark of BENCHMARKS.md: the Qwen3-0.6B shape (synthetic
 // weights, tied 151936x1024 embedding) in BF16, FP8 (fp8-dynamic) and NVFP4
 // (nvfp4a16) on kernels/cpu, each beside its roofline, the memory
@@ -37,10 +44,7 @@ func BenchmarkDecode(b *testing.B) {
 	ops, bandwidth := benchBackend(b)
 	b.Logf("kernels %s; memory bandwidth %.2f GB/s", ops.Name(), bandwidth/1e9)
 	for _, v := range benchVariants {
-		for _, load := range []struct {
-			name string
-			opts LoadOptions
-		}{{"mmap", LoadOptions{}}, {"no-mmap", LoadOptions{NoMmap: true}}} {
+		for _, load := range benchLoads {
 			b.Run(v.name+"/"+load.name, func(b *testing.B) {
 				benchDecode(b, benchCheckpoint(b, v), load.opts, ops, bandwidth)
 			})
