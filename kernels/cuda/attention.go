@@ -78,19 +78,18 @@ func PlanAttention(seq, pos []int32, H int, p *KVPool, ctx int) AttentionPlan {
 	pl := AttentionPlan{Flash: true, Warps: 4}
 	pl.PartOff = make([]int32, len(pos))
 	if len(pos) <= flashSplitTokens {
-		parts := 0
-		for _, q := range pos {
-			parts += int(q)/flashChunk + 1
+		for t, q := range pos {
+			pl.PartOff[t] = int32(pl.Parts)
+			pl.Parts += int(q)/flashChunk + 1
 		}
 		// Long contexts in a large batch would need more partials than
 		// the device should set aside; those batches run whole.
-		if 4*parts*H*(p.HeadDim+2) <= flashMaxPartials {
+		if 4*pl.Parts*H*(p.HeadDim+2) <= flashMaxPartials {
 			pl.Split, pl.Warps = true, 1
 			pl.Z = min(flashMaxZ, max(1, (ctx+flashChunk-1)/flashChunk))
-			for t, q := range pos {
-				pl.PartOff[t] = int32(pl.Parts)
-				pl.Parts += int(q)/flashChunk + 1
-			}
+		} else {
+			pl.Parts = 0
+			clear(pl.PartOff)
 		}
 	}
 	per := pl.Warps * (16 / (H / p.KVHeads)) // tokens a block
