@@ -3,7 +3,6 @@
 package cuda
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -43,6 +42,13 @@ func BenchmarkKernels(b *testing.B) {
 		}
 		return out
 	}
+	randF32 := func(n int) []float32 {
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = float32(rng.NormFloat64())
+		}
+		return out
+	}
 	const reps = 20
 	timeGraph := func(b *testing.B, f func(k *K) error, bytes float64) float64 {
 		if err := d.Run(f); err != nil { // eager once: sizes buffers, checks errors
@@ -75,91 +81,52 @@ func BenchmarkKernels(b *testing.B) {
 		}
 		return per
 	}
-	// The GEMV variants (the same bits, checked here against the default's
-	// output): lb_mma_gemv loading only live lanes' activations or all of
-	// them, and the single-token kernels with 2 or 3 weight slots a warp.
-	defaultLive, defaultDecode := gemvLiveOnly, gemvDecode
-	defer func() { gemvLiveOnly, gemvDecode = defaultLive, defaultDecode }()
-	type gemvVariant struct {
-		name   string
-		live   int
-		decode string
-		slots  int
-	}
-	gemvVariants := []gemvVariant{
-		{"lb_mma_gemv", 1, "", 0}, {"lb_mma_gemv-all-lanes", 0, "", 0},
-		{"lb_mma_gemv1_s2", 1, "lb_mma_gemv1_s2", 2}, {"lb_mma_gemv1_s3", 1, "lb_mma_gemv1_s3", 3},
-	}
+	// The decode GEMV (one token) on the Qwen3-8B shapes and its LM head.
 	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {4096, 12288}, {151936, 4096}} {
 		w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
-		gemvLiveOnly, gemvDecode = defaultLive, defaultDecode
 		dw, err := d.UploadWeight(w)
 		if err != nil {
 			b.Fatal(err)
 		}
 		x, _ := d.Alloc(4 * sh.in)
 		y, _ := d.Alloc(4 * sh.out)
-		xs := make([]float32, sh.in)
-		for i := range xs {
-			xs[i] = float32(rng.NormFloat64())
-		}
-		d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
-		var want []byte
-		for _, v := range gemvVariants {
-			gemvLiveOnly, gemvDecode.name, gemvDecode.slots = v.live, v.decode, v.slots
-			b.Run(fmt.Sprintf("gemv-bf16/%s/%dx%d", v.name, sh.out, sh.in), func(b *testing.B) {
-				if err := d.Run(func(k *K) error {
-					if err := k.Poison(y); err != nil {
-						return err
-					}
-					return k.MatMul(y, x, 1, dw)
-				}); err != nil {
-					b.Fatal(err)
-				}
-				got := make([]byte, 4*sh.out)
-				if err := d.Download(got, y); err != nil {
-					b.Fatal(err)
-				}
-				if want == nil {
-					want = got
-				} else if !bytes.Equal(got, want) {
-					b.Fatalf("%s's output differs from %s's", v.name, gemvVariants[0].name)
-				}
-				timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
-			})
-		}
+		d.Upload(x, asBytes(randF32(sh.in), sh.in))
+		b.Run(fmt.Sprintf("gemv-bf16/%dx%d", sh.out, sh.in), func(b *testing.B) {
+			timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
+		})
 		d.Free(dw.Data)
 		d.Free(x)
 		d.Free(y)
 	}
-	gemvLiveOnly, gemvDecode = defaultLive, defaultDecode
-	// Prefill GEMMs on the tensor cores (T tokens at once), beside PyTorch's
-	// matmul on the same shapes in the same device call when
-	// LOWBIT_TORCH_GEMM names scripts/torch_gemm.py's output.
+	// Prefill GEMMs (T tokens at once): lb_mma_gemm (float32 activations as
+	// three BF16 terms) and cuBLASLt on BF16 activations (MatMulLtShared,
+	// the conversion included), beside PyTorch's matmul on the same shapes
+	// in the same device call when LOWBIT_TORCH_GEMM names
+	// scripts/torch_gemm.py's output.
 	torch := readTorchGEMM(b)
-	defaultGEMM := gemmKernel
-	defer func() { gemmKernel = defaultGEMM }()
 	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {4096, 12288}} {
 		const T = 1024
-		for _, variant := range gemmVariants {
-			gemmKernel = variant
-			b.Run(fmt.Sprintf("gemm-bf16/%s/T=%d/%dx%d", variant.name, T, sh.out, sh.in), func(b *testing.B) {
-				w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
-				dw, err := d.UploadWeight(w)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer d.Free(dw.Data)
-				x, _ := d.Alloc(4 * T * sh.in)
-				y, _ := d.Alloc(4 * T * sh.out)
-				defer d.Free(x)
-				defer d.Free(y)
-				xs := make([]float32, T*sh.in)
-				for i := range xs {
-					xs[i] = float32(rng.NormFloat64())
-				}
-				d.Upload(x, unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4*len(xs)))
-				per := timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, 0)
+		w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
+		dw, err := d.UploadWeight(w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if dw.Rows, err = d.Alloc(len(w.Data)); err != nil {
+			b.Fatal(err)
+		}
+		d.Upload(dw.Rows, w.Data)
+		x, _ := d.Alloc(4 * T * sh.in)
+		y, _ := d.Alloc(4 * T * sh.out)
+		d.Upload(x, asBytes(randF32(T*sh.in), T*sh.in))
+		for _, v := range []struct {
+			name string
+			run  func(k *K) error
+		}{
+			{"lb_mma_gemm", func(k *K) error { return k.MatMul(y, x, T, dw) }},
+			{"cublaslt-bf16-act", func(k *K) error { return k.MatMulLtShared(x, T, []Buf{y}, []*Weight{dw}) }},
+		} {
+			b.Run(fmt.Sprintf("gemm-bf16/%s/T=%d/%dx%d", v.name, T, sh.out, sh.in), func(b *testing.B) {
+				per := timeGraph(b, v.run, 0)
 				tf := 2 * float64(T*sh.out*sh.in) / per / 1e12
 				b.ReportMetric(tf, "TFLOP/s")
 				if t, ok := torch.Shapes[fmt.Sprintf("%dx%d", sh.out, sh.in)]; ok && torch.T == T {
@@ -168,7 +135,9 @@ func BenchmarkKernels(b *testing.B) {
 				}
 			})
 		}
-		gemmKernel = defaultGEMM
+		for _, buf := range []Buf{dw.Data, dw.Rows, x, y} {
+			d.Free(buf)
+		}
 	}
 	// Attention (32 query heads, 8 KV heads, head_dim 128, BF16 paged
 	// cache): a decode step over ctx positions (bytes: the K and V read),

@@ -34,36 +34,6 @@ func TestConformance(t *testing.T) {
 	kerneltest.Run(t, NewOps(d))
 }
 
-// TestConformanceVariants runs the suite's matmul cases on the kernel
-// variants that are not the default (the benchmarks time them; they must
-// give correct results, and the batch-invariance cases hold them to the
-// default's bits at other token counts).
-func TestConformanceVariants(t *testing.T) {
-	d := openOrSkip(t)
-	ops := NewOps(d)
-	live, decode, gemm := gemvLiveOnly, gemvDecode, gemmKernel
-	defer func() { gemvLiveOnly, gemvDecode, gemmKernel = live, decode, gemm }()
-	for _, v := range []struct {
-		name string
-		set  func()
-	}{
-		{"gemv-all-lanes", func() { gemvLiveOnly = 0 }},
-		{"gemv1_s2", func() { gemvDecode.name, gemvDecode.slots = "lb_mma_gemv1_s2", 2 }},
-		{"gemv1_s3", func() { gemvDecode.name, gemvDecode.slots = "lb_mma_gemv1_s3", 3 }},
-		{"gemm-kc2", func() { gemmKernel = gemmVariants[1] }},
-		{"gemm-w16", func() { gemmKernel = gemmVariants[2] }},
-		{"gemm-r64", func() { gemmKernel = gemmVariants[3] }},
-	} {
-		t.Run(v.name, func(t *testing.T) {
-			gemvLiveOnly, gemvDecode, gemmKernel = live, decode, gemm
-			v.set()
-			for _, f := range kerneltest.Check(ops, kerneltest.OpMatMul) {
-				t.Error(f)
-			}
-		})
-	}
-}
-
 // TestKernelCache: a second Open with the same cache directory loads the
 // cubin and compiles nothing.
 func TestKernelCache(t *testing.T) {

@@ -48,6 +48,7 @@ type Device struct {
 	named   map[string]devBuf
 	stream  C.lb_handle
 	closed  bool
+	ltState ltState // cuBLASLt, opened on first use (lt.go)
 	// gen counts reallocations of the persistent buffers, which captured
 	// graphs refer to by address: a graph of an older generation is stale.
 	gen int
@@ -199,6 +200,7 @@ func (d *Device) Close() error {
 		for _, b := range d.allocs() {
 			C.lb_cuMemFree(b)
 		}
+		d.closeLt()
 		if d.mod != nil {
 			check("cuModuleUnload", C.lb_cuModuleUnload(d.mod))
 			d.mod = nil

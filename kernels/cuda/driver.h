@@ -85,4 +85,28 @@ lb_nvrtcres lb_nvrtcGetCUBIN(lb_handle prog, char *cubin);
 lb_nvrtcres lb_nvrtcDestroyProgram(lb_handle *prog);
 const char *lb_nvrtcGetErrorString(lb_nvrtcres r);
 
+// cuBLASLt (cublaslt.c), loaded on first use: only the BF16 prefill matmul
+// needs it.
+typedef int lb_ltres; // cublasStatus_t; 0 is CUBLAS_STATUS_SUCCESS
+
+// lb_cublaslt_open loads libcublasLt (path, or the usual sonames when NULL)
+// and resolves its entry points; 0 on success, else a message in err.
+int lb_cublaslt_open(const char *path, char *err, size_t errlen);
+lb_ltres lb_ltCreate(lb_handle *h);
+lb_ltres lb_ltDestroy(lb_handle h);
+const char *lb_ltStatusName(lb_ltres r);
+const char *lb_ltStatusString(lb_ltres r);
+
+// lb_lt_pick_bf16 asks cuBLASLt's heuristic for y [T, out] float32 =
+// x [T, in] BF16 · w [out, in]ᵀ BF16 (float32 accumulation) with at most
+// ws workspace bytes, and writes into algo (64 bytes) the first answer that
+// computes each output in one pass over in (no split-K): *found is 0 when
+// there is none.
+lb_ltres lb_lt_pick_bf16(lb_handle h, int out, int in, int T, size_t ws, uint64_t *algo, int *found);
+
+// lb_lt_gemm_bf16 runs that product with algo on stream (y, w, x device
+// pointers; ws the workspace).
+lb_ltres lb_lt_gemm_bf16(lb_handle h, lb_handle stream, lb_devptr y, lb_devptr w, lb_devptr x, int T, int out,
+                         int in, const uint64_t *algo, lb_devptr ws, size_t wsbytes);
+
 #endif

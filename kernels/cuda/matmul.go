@@ -20,6 +20,9 @@ type Weight struct {
 	Act         kernels.ActQuant
 	InputScale  float32
 	Tiled       bool
+	// Rows holds a tiled weight's BF16 values row-major as well, for the
+	// cuBLASLt prefill matmul (MatMulLt); empty unless the runtime asks.
+	Rows Buf
 }
 
 // Tensor-core matmul constants of matmul_mma.cu.
@@ -95,40 +98,13 @@ func (k *K) MatMul(y, x Buf, T int, w *Weight) error {
 		intArg(T), intArg(w.Out), intArg(w.In), intArg(weightFormatIDs[w.Format]), intArg(act))
 }
 
-// gemmVariant is one of matmul_mma.cu's prefill GEMM kernels: its block's
-// rows and threads, and its shared memory.
-type gemmVariant struct {
-	name                  string
-	rows, threads, shared int
-}
-
-// gemmVariants are the GEMM kernels (the same bits); gemmKernel is the one
-// MatMul launches, a variable so that BenchmarkKernels and
-// TestConformanceVariants run each. lb_mma_gemm_kc4 measured 10% faster
-// than lb_mma_gemm on the H200.
-var (
-	gemmVariants = []gemmVariant{
-		{"lb_mma_gemm_kc4", 128, 256, 3 * 4 * (8*512 + 16*768)},
-		{"lb_mma_gemm", 128, 256, 3 * 2 * (8*512 + 16*768)},
-		{"lb_mma_gemm_w16", 128, 512, 3 * 4 * (8*512 + 16*768)},
-		{"lb_mma_gemm_r64", 64, 256, 3 * 2 * (4*512 + 16*768)},
-	}
-	gemmKernel = gemmVariants[0]
+// lb_mma_gemm's block: 128 rows, 512 threads, three stages of four chunks
+// in shared memory.
+const (
+	gemmRows    = 128
+	gemmThreads = 512
+	gemmShared  = 3 * 4 * (8*512 + 16*768)
 )
-
-// gemvDecode names the single-token GEMV variant (lb_mma_gemv1_s2 or _s3:
-// the token's terms in shared memory, a ring of 2 or 3 weight slots a
-// warp), or "" for lb_mma_gemv at every token count. The same bits; a
-// variable so that BenchmarkKernels and TestConformanceVariants run each.
-var gemvDecode = struct {
-	name  string
-	slots int
-}{}
-
-// gemvLiveOnly (1) makes lb_mma_gemv skip the activation loads of padding
-// tokens; 0 loads them all. The same bits; a variable so that
-// BenchmarkKernels times both.
-var gemvLiveOnly = 1
 
 // matmulMMA runs a tiled BF16 weight on the tensor cores.
 func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
@@ -238,18 +214,12 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if T > mmaGemvTokens {
 		tb := (T + mmaTokPad - 1) / mmaTokPad
 		for i, w := range ws {
-			if err := d.launch(gemmKernel.name, [3]int{(w.Out + gemmKernel.rows - 1) / gemmKernel.rows, tb, 1}, [3]int{gemmKernel.threads, 1, 1}, gemmKernel.shared,
+			if err := d.launch("lb_mma_gemm", [3]int{(w.Out + gemmRows - 1) / gemmRows, tb, 1}, [3]int{gemmThreads, 1, 1}, gemmShared,
 				ptrArg(ys[i].ptr), ptrArg(w.Data.ptr), ptrArg(t.buf.ptr), intArg(T), intArg(w.Out), intArg(in)); err != nil {
 				return err
 			}
 		}
 		return nil
-	}
-	if T == 1 && gemvDecode.name != "" {
-		shared := nc*96 + mmaGemvWarps*gemvDecode.slots*mmaSpan*512 + spans*64
-		if shared <= mmaGemvShared {
-			return k.gemvLaunches(ys, ws, gemvDecode.name, 1, shared, ptrArg(t.buf.ptr), intArg(in))
-		}
 	}
 	// Token groups a block: as many as shared memory holds next to the
 	// weight slots, up to mmaGemvGroups (a span's sums take 512 bytes a
@@ -260,7 +230,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-slots)/512*mmaSpan*16)
 	}
 	return k.gemvLaunches(ys, ws, "lb_mma_gemv", (t.groups+gpb-1)/gpb, slots+spans*gpb*512,
-		ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(gemvLiveOnly))
+		ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb))
 }
 
 // gemvLaunches launches GEMV kernel name over weights ws, up to three a

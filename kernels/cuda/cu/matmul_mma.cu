@@ -31,7 +31,7 @@
 // fragment that starts at 0; the spans' sums are then added in order to 0.
 // lb_mma_gemv (up to 32 tokens: one block a row tile, its warps taking
 // spans in turn, the spans added from shared memory) and lb_mma_gemm (more
-// tokens: one warp a 64-row × 32-token tile over every span, the spans
+// tokens: one warp a 32-row × 32-token tile over every span, the spans
 // added in registers) both follow it, so y[t, o] depends
 // only on x[t], w[o] and in: not on T, the batch, or which kernel ran.
 #define MMA_SPAN 16
@@ -143,8 +143,7 @@ __device__ __forceinline__ void mma_pick(int *m, float **y, const uint4 **w, int
 // Dynamic shared memory: MMA_GEMV_WARPS·16 KB + spans·gpb·512 bytes.
 extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const uint4 *w0, int out0, float *y1,
                                                               const uint4 *w1, int out1, float *y2, const uint4 *w2,
-                                                              int out2, const uint2 *xs, int T, int in, int gpb,
-                                                              int live_only) {
+                                                              int out2, const uint2 *xs, int T, int in, int gpb) {
 	extern __shared__ uint4 smem[];
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
@@ -172,12 +171,13 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 		// waiting for the weights), then the span's 48 mma.
 		for (int n = 0; n < ng; n++) {
 			const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
-			// Lane 4g + q carries token 8(n0 + n) + g: with live_only, past
-			// T it reads nothing and multiplies zeros, which reach only
-			// that token's unstored column (a decode step's single token
-			// leaves 28 of the 32 lanes without loads: 8x less activation
-			// traffic). The same bits either way.
-			bool live = !live_only || 8 * (n0 + n) + g < T;
+			// Lane 4g + q carries token 8(n0 + n) + g: past T it reads
+			// nothing and multiplies zeros, which reach only that token's
+			// unstored column (a decode step's single token leaves 28 of
+			// the 32 lanes without loads: 8x less activation traffic; 0.61
+			// of the copy rate against 0.59 loading every lane, 4096², on
+			// the H200).
+			bool live = 8 * (n0 + n) + g < T;
 			uint2 b[MMA_SPAN][3];
 #pragma unroll
 			for (int i = 0; i < MMA_SPAN; i++)
@@ -207,73 +207,7 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 	}
 }
 
-// mma_gemv1 is lb_mma_gemv for a single token (a batch-1 decode step),
-// with the same reduction order and bits. The token's terms are the only
-// live lanes of the activations (lanes 0-3 of group 0): a block copies
-// them into shared memory once (96 bytes a chunk), so a span's mma chain
-// waits on no activation load from L2; each warp keeps NSLOT − 1 spans of
-// weights in flight (a ring of NSLOT 8 KB slots). Dynamic shared memory:
-// nc·96 + MMA_GEMV_WARPS·NSLOT·8 KB + spans·64 bytes.
-template <int NSLOT>
-__device__ __forceinline__ void mma_gemv1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1,
-                                          float *y2, const uint4 *w2, int out2, const uint2 *xs, int in) {
-	extern __shared__ uint4 smem[];
-	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
-	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
-	float *y;
-	const uint4 *w;
-	mma_pick(&m, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
-	uint4 *slots = smem + wi * NSLOT * MMA_SPAN * 32;
-	uint2 *xc = (uint2 *)(smem + MMA_GEMV_WARPS * NSLOT * MMA_SPAN * 32); // [nc][3 terms][4 lanes]
-	float *part = (float *)(xc + nc * 12);                                  // [spans][16 rows]
-	const uint4 *wr = w + (i64)m * nc * 32 + lane;
-	auto fetch = [&](int s, int slot) {
-		if (s < spans)
-			for (int i = 0; i < min(MMA_SPAN, nc - s * MMA_SPAN); i++)
-				cp_async16(slots + (slot * MMA_SPAN + i) * 32 + lane, wr + (i64)(s * MMA_SPAN + i) * 32);
-		cp_async_commit();
-	};
-#pragma unroll
-	for (int k = 0; k < NSLOT - 1; k++) fetch(wi + k * MMA_GEMV_WARPS, k);
-	for (int i = threadIdx.x; i < nc * 12; i += blockDim.x) xc[i] = xs[(i >> 2) * 32 + (i & 3)];
-	__syncthreads();
-	for (int s = wi, k = 0; s < spans; s += MMA_GEMV_WARPS, k++) {
-		fetch(s + (NSLOT - 1) * MMA_GEMV_WARPS, (k + NSLOT - 1) % NSLOT);
-		cp_async_wait<NSLOT - 1>(); // span s has landed (each lane reads only what it copied)
-		int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0), slot = k % NSLOT;
-		float acc[4];
-		mma_span(acc, slots + slot * MMA_SPAN * 32, nch, lane, [&](int i, int j) {
-			uint2 b;
-			b.x = b.y = 0u;
-			if (g == 0) b = xc[((c0 + i) * 3 + j) * 4 + q];
-			return b;
-		});
-		// Token 0's column: fragment elements 0 (row g) and 2 (row g + 8)
-		// of the lanes with q = 0.
-		if (q == 0) {
-			part[s * 16 + g] = acc[0];
-			part[s * 16 + g + 8] = acc[2];
-		}
-	}
-	__syncthreads();
-	if (threadIdx.x < 16 && 16 * m + (int)threadIdx.x < out) {
-		float sum = 0.0f;
-		for (int s = 0; s < spans; s++) sum += part[s * 16 + threadIdx.x];
-		y[16 * m + threadIdx.x] = sum;
-	}
-}
-
-#define MMA_GEMV1_PARAMS                                                                                              \
-	float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2, const uint4 *w2, int out2, \
-	    const uint2 *xs, int in
-extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv1_s2(MMA_GEMV1_PARAMS) {
-	mma_gemv1<2>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, in);
-}
-extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv1_s3(MMA_GEMV1_PARAMS) {
-	mma_gemv1<3>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, in);
-}
-
-// lb_mma_gemm*: blocks of WRW × WCW warps, each warp on WR row tiles × WC
+// mma_gemm: blocks of WRW × WCW warps, each warp on WR row tiles × WC
 // token groups (a block on BR = 16·WR·WRW rows × BT = 8·WC·WCW tokens, BR
 // and BT dividing MMA_ROW_PAD and MMA_TOK_PAD). Each stage of KC column
 // chunks (BR/16 · KC weight tiles, BT/8 · KC chunks of activation terms)
@@ -282,14 +216,11 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv1_s3(MMA_GEMV1_PARA
 // independent ones back to back, and sums the spans in registers. Both
 // layouts are fragment-native, so a lane reads its fragments from shared
 // memory as whole 16- and 8-byte words, without bank conflicts. Dynamic
-// shared memory: STAGES · KC · (BR/16 · 512 + BT/8 · 768) bytes. Every
-// variant gives the same bits:
-//   lb_mma_gemm      8 warps of 4×4 tiles, 128 × 128, 2 chunks a stage;
-//   lb_mma_gemm_kc4  the same, 4 chunks a stage (the default);
-//   lb_mma_gemm_w16  16 warps of 2×4 tiles, 128 × 128, 4 chunks a stage
-//                    (half the registers a thread, twice the warps a SM);
-//   lb_mma_gemm_r64  8 warps of 2×4 tiles, 64 × 128, 2 chunks a stage
-//                    (shared memory for two blocks a SM).
+// shared memory: STAGES · KC · (BR/16 · 512 + BT/8 · 768) bytes.
+// lb_mma_gemm runs 16 warps of 2×4 tiles on 128 × 128 with 4 chunks a
+// stage: on the H200 it measured 89.8-93.6 TFLOP/s at T=1024 against
+// 78.8-81.0 for 8 warps of 4×4 tiles (4 chunks a stage), 72-76 (2 chunks)
+// and 71-72 for 64-row blocks two a SM (BENCHMARKS.md, 2026-12-01 night).
 #define MMA_GEMM_STAGES 3
 template <int WR, int WC, int WRW, int WCW, int KC>
 __device__ __forceinline__ void mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in) {
@@ -375,16 +306,6 @@ __device__ __forceinline__ void mma_gemm(float *y, const uint4 *w, const uint2 *
 			}
 }
 
-#define MMA_GEMM_PARAMS float *y, const uint4 *w, const uint2 *xs, int T, int out, int in
-extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm(MMA_GEMM_PARAMS) {
-	mma_gemm<4, 4, 2, 4, 2>(y, w, xs, T, out, in);
-}
-extern "C" __global__ void __launch_bounds__(256) lb_mma_gemm_kc4(MMA_GEMM_PARAMS) {
-	mma_gemm<4, 4, 2, 4, 4>(y, w, xs, T, out, in);
-}
-extern "C" __global__ void __launch_bounds__(512) lb_mma_gemm_w16(MMA_GEMM_PARAMS) {
+extern "C" __global__ void __launch_bounds__(512) lb_mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in) {
 	mma_gemm<2, 4, 4, 4, 4>(y, w, xs, T, out, in);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) lb_mma_gemm_r64(MMA_GEMM_PARAMS) {
-	mma_gemm<2, 4, 2, 4, 2>(y, w, xs, T, out, in);
 }

@@ -1,0 +1,162 @@
+//go:build cgo
+
+package cuda
+
+// #include <stdlib.h>
+// #include "driver.h"
+import "C"
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The cuBLASLt prefill matmul: y [T, out] float32 = BF16(x) [T, in] ·
+// wᵀ with BF16 weights row-major (Weight.Rows), float32 accumulation in
+// cuBLASLt's order. It is not the float32-activation contract of
+// matmul_mma.cu (x is rounded to BF16 first, as vLLM and transformers
+// compute a BF16 model); the runtime uses it only where asked to
+// (runtime.CUDAOptions.PrefillBF16). One algorithm a weight shape, chosen
+// once at ltPickTokens tokens without split-K and then run at every T, so
+// that a row's result depends on its own x and the weight only, not on the
+// rows beside it (batch invariance; TestMatMulLtRows checks it on the GPU).
+
+// ltWorkspace is the workspace cuBLASLt's algorithms may use.
+const ltWorkspace = 32 << 20
+
+// ltPickTokens is the token count the algorithm of a shape is picked at: a
+// prefill chunk's size.
+const ltPickTokens = 4096
+
+// ltState is the device's cuBLASLt handle and pinned algorithms, opened on
+// first use (the library is only needed there).
+type ltState struct {
+	handle C.lb_handle
+	algos  map[[2]int][8]C.uint64_t
+	err    error
+}
+
+// checkLt turns a cublasStatus_t into an error naming the call: nil for
+// success.
+func checkLt(call string, r C.lb_ltres) error {
+	if r == 0 {
+		return nil
+	}
+	return fmt.Errorf("cuda: %s: %s (%d): %s", call, C.GoString(C.lb_ltStatusName(r)), int(r), C.GoString(C.lb_ltStatusString(r)))
+}
+
+// ErrNoCuBLASLt wraps the error of a cuBLASLt matmul on a machine whose
+// libcublasLt cannot be loaded.
+var ErrNoCuBLASLt = errors.New("cuda: cuBLASLt is not available")
+
+// lt opens cuBLASLt once (locked by the caller).
+func (d *Device) lt() (*ltState, error) {
+	s := &d.ltState
+	if s.handle != nil || s.err != nil {
+		return s, s.err
+	}
+	var errbuf [512]C.char
+	if C.lb_cublaslt_open(nil, &errbuf[0], C.size_t(len(errbuf))) != 0 {
+		s.err = fmt.Errorf("%w: libcublasLt cannot be loaded: %s", ErrNoCuBLASLt, C.GoString(&errbuf[0]))
+		return s, s.err
+	}
+	if err := checkLt("cublasLtCreate", C.lb_ltCreate(&s.handle)); err != nil {
+		s.err = fmt.Errorf("%w: %w", ErrNoCuBLASLt, err)
+		return s, s.err
+	}
+	s.algos = map[[2]int][8]C.uint64_t{}
+	return s, nil
+}
+
+// closeLt releases the handle (locked by the caller).
+func (d *Device) closeLt() {
+	if d.ltState.handle != nil {
+		C.lb_ltDestroy(d.ltState.handle)
+		d.ltState = ltState{}
+	}
+}
+
+// algo returns the pinned algorithm for an [out, in] weight.
+func (s *ltState) algo(out, in int) ([8]C.uint64_t, error) {
+	key := [2]int{out, in}
+	if a, ok := s.algos[key]; ok {
+		return a, nil
+	}
+	var a [8]C.uint64_t
+	var found C.int
+	if err := checkLt("cublasLtMatmulAlgoGetHeuristic", C.lb_lt_pick_bf16(s.handle, C.int(out), C.int(in), ltPickTokens,
+		ltWorkspace, &a[0], &found)); err != nil {
+		return a, err
+	}
+	if found == 0 {
+		return a, fmt.Errorf("cuda: cuBLASLt has no algorithm without split-K for a BF16 %dx%d weight", out, in)
+	}
+	s.algos[key] = a
+	return a, nil
+}
+
+// RowsBytes is the size of a weight's row-major BF16 copy (Weight.Rows).
+func RowsBytes(out, in int) int { return 2 * out * in }
+
+// ToBF16 writes src's n float32 values rounded to BF16 into dst.
+func (k *K) ToBF16(dst, src Buf, n int) error {
+	if dst.bytes < 2*n || src.bytes < 4*n {
+		return fmt.Errorf("cuda: ToBF16 of %d values from %d bytes into %d", n, src.bytes, dst.bytes)
+	}
+	return k.d.launch("lb_to_bf16", grid1((n+1)/2, 256), [3]int{256, 1, 1}, 0, ptrArg(dst.ptr), ptrArg(src.ptr), i64Arg(int64(n)))
+}
+
+// MatMulLt: y [T, w.Out] float32 = xb [T, w.In] BF16 · w.Rowsᵀ through
+// cuBLASLt (see the top of this file). y, xb and w.Rows must start on
+// 256-byte boundaries, as device allocations and arena spans do.
+func (k *K) MatMulLt(y, xb Buf, T int, w *Weight) error {
+	if w.Rows.bytes < RowsBytes(w.Out, w.In) {
+		return fmt.Errorf("cuda: MatMulLt: the %dx%d weight has no row-major BF16 copy", w.Out, w.In)
+	}
+	if y.bytes < 4*T*w.Out || xb.bytes < 2*T*w.In {
+		return fmt.Errorf("cuda: MatMulLt of %d tokens of a %dx%d weight: y %d bytes, x %d", T, w.Out, w.In, y.bytes, xb.bytes)
+	}
+	if T == 0 {
+		return nil
+	}
+	d := k.d
+	s, err := d.lt()
+	if err != nil {
+		return err
+	}
+	a, err := s.algo(w.Out, w.In)
+	if err != nil {
+		return err
+	}
+	ws, err := d.persistent("lt_workspace", ltWorkspace)
+	if err != nil {
+		return err
+	}
+	return checkLt(fmt.Sprintf("cublasLtMatmul(%dx%d, T=%d)", w.Out, w.In, T), C.lb_lt_gemm_bf16(s.handle, d.stream,
+		y.ptr, w.Rows.ptr, xb.ptr, C.int(T), C.int(w.Out), C.int(w.In), &a[0], ws.ptr, C.size_t(ltWorkspace)))
+}
+
+// MatMulLtShared runs MatMulLt for weights that read the same float32 x
+// [T, in], rounded to BF16 once (into a buffer of the device's).
+func (k *K) MatMulLtShared(x Buf, T int, ys []Buf, ws []*Weight) error {
+	if len(ys) != len(ws) || len(ws) == 0 {
+		return fmt.Errorf("cuda: MatMulLtShared of %d outputs and %d weights", len(ys), len(ws))
+	}
+	in := ws[0].In
+	xb, err := k.d.persistent("lt_x", 2*T*in)
+	if err != nil {
+		return err
+	}
+	if err := k.ToBF16(xb, x, T*in); err != nil {
+		return err
+	}
+	for i, w := range ws {
+		if w.In != in {
+			return fmt.Errorf("cuda: MatMulLtShared: a %dx%d weight beside one of %d columns", w.Out, w.In, in)
+		}
+		if err := k.MatMulLt(ys[i], xb, T, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
