@@ -42,6 +42,12 @@ type CUDAExecutor struct {
 	// device (ForwardTop) instead of whole rows. Off until topk.cu has run
 	// on a GPU (it was written after the last device time of its session).
 	TopOnDevice bool
+
+	// prefillBF16 (WithPrefillBF16): prompt rows' linear layers take BF16
+	// activations through cuBLASLt; prompt is the current step's count of
+	// them, its first rows (cuda_prefill.go).
+	prefillBF16 bool
+	prompt      int
 }
 
 type cudaLayer struct {
@@ -64,12 +70,15 @@ type cudaActs struct {
 // NewCUDAExecutor uploads m's weights to d and allocates a KV pool of
 // blocks blocks of blockSize positions in dtype (FP8 with the checkpoint's
 // scales, 1 without).
-func NewCUDAExecutor(m *Model, d *cuda.Device, blocks, blockSize int, dtype kernels.KVDType) (*CUDAExecutor, error) {
+func NewCUDAExecutor(m *Model, d *cuda.Device, blocks, blockSize int, dtype kernels.KVDType, opts ...CUDAOption) (*CUDAExecutor, error) {
 	if blocks <= 0 || blockSize <= 0 || dtype.Size() == 0 {
 		return nil, fmt.Errorf("runtime: CUDA executor: %d blocks of %d positions in %v", blocks, blockSize, dtype)
 	}
 	e := &CUDAExecutor{m: m, d: d, dtype: dtype, blocks: blocks, blockSize: blockSize,
 		graphs: map[graphKey]*cuda.Graph{}, graphGen: map[graphKey]int{}}
+	for _, o := range opts {
+		o(e)
+	}
 	if err := e.upload(); err != nil {
 		e.Close()
 		return nil, err
@@ -117,6 +126,9 @@ func (e *CUDAExecutor) upload() error {
 		}
 		for _, w := range []*kernels.Weight{&ly.q, &ly.k, &ly.v, &ly.o, &ly.gate, &ly.up, &ly.down} {
 			size += cuda.WeightArenaBytes(w)
+			if e.prefillBF16 && bf16Linear(w) {
+				size += cuda.ArenaBytes(len(w.Data))
+			}
 		}
 	}
 	buf, err := e.alloc(size)
@@ -158,6 +170,11 @@ func (e *CUDAExecutor) upload() error {
 		}{{&dl.q, &ly.q}, {&dl.k, &ly.k}, {&dl.v, &ly.v}, {&dl.o, &ly.o}, {&dl.gate, &ly.gate}, {&dl.up, &ly.up}, {&dl.down, &ly.down}} {
 			if *w.dst, err = e.weight(w.src); err != nil {
 				return err
+			}
+			if e.prefillBF16 && (*w.dst).Tiled {
+				if (*w.dst).Rows, err = e.bytes(w.src.Data); err != nil {
+					return err
+				}
 			}
 		}
 		ks, vs := float32(1), float32(1)
@@ -351,23 +368,42 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows 
 		}
 		decode = decode && len(b.Tokens) == 1 && b.Logits == 1
 	}
-	ids, pos, seq := make([]int32, 0, T), make([]int32, 0, T), make([]int32, 0, T)
+	// With PrefillBF16 the prompt rows of every entry come first (in entry
+	// order), then the other rows: each op is row-wise or reads the cache
+	// by (sequence, position), so the order changes no result.
+	e.prompt = 0
+	if e.prefillBF16 {
+		for _, b := range batch {
+			e.prompt += min(max(b.Prompt, 0), len(b.Tokens))
+		}
+		decode = decode && e.prompt == 0
+	}
+	ids, pos, seq := make([]int32, T), make([]int32, T), make([]int32, T)
 	tables := make([]int32, len(batch)*stride)
 	rowIdx := make([]int32, 0, rows)
-	t := 0
+	first, rest := 0, e.prompt // the next prompt row, the next other row
 	for i, b := range batch {
 		for j, blk := range b.Blocks {
 			tables[i*stride+j] = blk
 		}
+		p := 0
+		if e.prefillBF16 {
+			p = min(max(b.Prompt, 0), len(b.Tokens))
+		}
+		at := func(j int) int { // token j's row
+			if j < p {
+				return first + j
+			}
+			return rest + j - p
+		}
 		for j, id := range b.Tokens {
-			ids = append(ids, int32(id))
-			pos = append(pos, int32(b.Start+j))
-			seq = append(seq, int32(i))
+			r := at(j)
+			ids[r], pos[r], seq[r] = int32(id), int32(b.Start+j), int32(i)
 		}
-		for r := len(b.Tokens) - b.Logits; r < len(b.Tokens); r++ {
-			rowIdx = append(rowIdx, int32(t+r))
+		for j := len(b.Tokens) - b.Logits; j < len(b.Tokens); j++ {
+			rowIdx = append(rowIdx, int32(at(j)))
 		}
-		t += len(b.Tokens)
+		first, rest = first+p, rest+len(b.Tokens)-p
 	}
 	if err := e.reserve(T, max(rows, 1), len(tables)); err != nil {
 		return err
@@ -436,7 +472,7 @@ func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride int, plan cuda.AttentionP
 		return err
 	}
 	layers := e.layersFloat
-	if e.tiled {
+	if e.tiled && e.prompt == 0 {
 		layers = e.layersTerms
 	}
 	if err := layers(k, T, bt, scale); err != nil {
@@ -469,7 +505,7 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 	}
 	for i := range e.layers {
 		dl := &e.layers[i]
-		if err := k.MatMulShared(n, T, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
+		if err := e.matmul(k, n, T, []cuda.Buf{q, kk, v}, dl.q, dl.k, dl.v); err != nil {
 			return err
 		}
 		if err := e.attention(k, dl, T, bt, scale); err != nil {
@@ -478,13 +514,13 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err := k.AddRMSNorm(x, h, n, dl.postNorm, T, d.hidden, d.eps, false); err != nil {
 			return err
 		}
-		if err := k.MatMulShared(n, T, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
+		if err := e.matmul(k, n, T, []cuda.Buf{g, u}, dl.gate, dl.up); err != nil {
 			return err
 		}
 		if err := k.SiLUMul(g, g, u, T*d.inter); err != nil {
 			return err
 		}
-		if err := k.MatMul(h, g, T, dl.down); err != nil {
+		if err := e.matmul(k, g, T, []cuda.Buf{h}, dl.down); err != nil {
 			return err
 		}
 		var err error
@@ -513,7 +549,7 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 	if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
 		return err
 	}
-	return k.MatMul(a.h.F32(0, T*d.hidden), att, T, dl.o)
+	return e.matmul(k, att, T, []cuda.Buf{a.h.F32(0, T*d.hidden)}, dl.o)
 }
 
 // layersTerms runs the decoder layers of a model whose matmul weights are

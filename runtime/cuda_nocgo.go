@@ -12,8 +12,14 @@ type CUDAExecutor struct {
 	TopOnDevice bool
 }
 
+// CUDAOption configures a CUDAExecutor.
+type CUDAOption func(*CUDAExecutor)
+
+// WithPrefillBF16 is the cgo build's option; it does nothing here.
+func WithPrefillBF16() CUDAOption { return func(*CUDAExecutor) {} }
+
 // NewCUDAExecutor returns kernels.ErrNoCgo.
-func NewCUDAExecutor(*Model, *cuda.Device, int, int, kernels.KVDType) (*CUDAExecutor, error) {
+func NewCUDAExecutor(*Model, *cuda.Device, int, int, kernels.KVDType, ...CUDAOption) (*CUDAExecutor, error) {
 	return nil, kernels.ErrNoCgo
 }
 

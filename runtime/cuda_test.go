@@ -147,7 +147,9 @@ func BenchmarkCUDADecode(b *testing.B) {
 	}
 	defer m.Close()
 	const bs, prompt, long = 16, 256, 1024
-	gpu, err := NewCUDAExecutor(m, d, long/bs, bs, kernels.KVBF16)
+	// WithPrefillBF16 only changes rows marked as prompt rows: the decode
+	// steps and the float32 TTFT below mark none.
+	gpu, err := NewCUDAExecutor(m, d, long/bs, bs, kernels.KVBF16, WithPrefillBF16())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,19 +163,23 @@ func BenchmarkCUDADecode(b *testing.B) {
 		toks[i] = (i*7919 + 13) % 151669
 	}
 	// Time to first token of a 1,024-token prompt: the median of 3 after a
-	// warm-up, one forward returning the last position's logits.
-	var ttfts []time.Duration
-	for i := range 4 {
-		t0 := time.Now()
-		if _, err := gpu.Forward([]BatchEntry{{Blocks: blocks, Tokens: toks, Logits: 1}}); err != nil {
-			b.Fatal(err)
+	// warm-up, one forward returning the last position's logits; float32
+	// activations, then BF16 on the prompt rows' linear layers.
+	timeTTFT := func(promptRows int) time.Duration {
+		var ttfts []time.Duration
+		for i := range 4 {
+			t0 := time.Now()
+			if _, err := gpu.Forward([]BatchEntry{{Blocks: blocks, Tokens: toks, Logits: 1, Prompt: promptRows}}); err != nil {
+				b.Fatal(err)
+			}
+			if i > 0 {
+				ttfts = append(ttfts, time.Since(t0))
+			}
 		}
-		if i > 0 {
-			ttfts = append(ttfts, time.Since(t0))
-		}
+		slices.Sort(ttfts)
+		return ttfts[1]
 	}
-	slices.Sort(ttfts)
-	ttft := ttfts[1]
+	ttft, ttftBF16 := timeTTFT(0), timeTTFT(long)
 	logits, err := gpu.Forward([]BatchEntry{{Blocks: blocks, Tokens: toks[:prompt], Logits: 1}})
 	if err != nil {
 		b.Fatal(err)
@@ -216,6 +222,8 @@ func BenchmarkCUDADecode(b *testing.B) {
 	flops := 2*perLayer*float64(sh.Layers)*long + 2*float64(sh.Vocab*sh.Hidden) +
 		2*float64(sh.Layers*qd)*long*(long+1)
 	b.ReportMetric(flops/ttft.Seconds()/1e12, "prefill-TFLOP/s")
+	b.ReportMetric(float64(ttftBF16.Microseconds())/1e3, "ttft-1024-bf16-ms")
+	b.ReportMetric(flops/ttftBF16.Seconds()/1e12, "prefill-bf16-TFLOP/s")
 }
 
 // benchModel returns a synthetic BF16 Qwen3 checkpoint of the given size,

@@ -198,6 +198,12 @@ type BatchEntry struct {
 	// prefill chunk that is not the prompt's last, 1 to sample, len(Tokens)
 	// for prompt log-probabilities.
 	Logits int
+	// Prompt is how many of Tokens' first entries are prompt tokens (at
+	// positions below the request's prompt length). Model.ForwardBatch
+	// ignores it; a CUDAExecutor with PrefillBF16 runs those rows' linear
+	// layers with BF16 activations. A row's kind depends only on its
+	// position in its request, so results stay batch invariant.
+	Prompt int
 }
 
 // ForwardBatch runs the new tokens of every entry in one pass over the

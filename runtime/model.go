@@ -275,6 +275,27 @@ func (m *Model) WeightBytes() int64 {
 	return n
 }
 
+// BF16LinearBytes returns the bytes of the decoder layers' BF16 linear
+// weights with float32 activations: what CUDAExecutor's PrefillBF16 option
+// keeps a second, row-major copy of.
+func (m *Model) BF16LinearBytes() int64 {
+	var n int64
+	for i := range m.layers {
+		ly := &m.layers[i]
+		for _, w := range []*kernels.Weight{&ly.q, &ly.k, &ly.v, &ly.o, &ly.gate, &ly.up, &ly.down} {
+			if bf16Linear(w) {
+				n += int64(len(w.Data))
+			}
+		}
+	}
+	return n
+}
+
+// bf16Linear says whether w is a BF16 weight with float32 activations.
+func bf16Linear(w *kernels.Weight) bool {
+	return w.Format == kernels.WeightBF16 && w.Act == kernels.ActNone
+}
+
 // KVBytesPerToken returns the bytes of KV cache each position of a
 // Sequence takes: K and V in float32 for every layer (a KVPool takes
 // KVBlockBytes per block).

@@ -61,7 +61,7 @@ done
 if [ -n "${NCU:-}" ]; then
 	echo "== Nsight Compute: one launch each of the decode GEMV, the prefill GEMM and prefill attention"
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-	for k in "lb_mma_gemv gemv-bf16/lb_mma_gemv/4096x4096" "lb_mma_gemv1_s2 gemv-bf16/lb_mma_gemv1_s2/4096x4096" "lb_mma_gemm_kc4 gemm-bf16/lb_mma_gemm_kc4/T=1024/4096x4096" "lb_flash_d128_k1_whole attention-prefill/T=1024" "lb_flash_d128_k1_split attention-decode/ctx=8192"; do
+	for k in "lb_mma_gemv gemv-bf16/4096x4096" "lb_mma_gemm gemm-bf16/lb_mma_gemm/T=1024/4096x4096" "lb_flash_d128_k1_whole attention-prefill/T=1024" "lb_flash_d128_k1_split attention-decode/ctx=8192"; do
 		set -- $k
 		(cd kernels/cuda && timeout 120 "$ncu" --clock-control none --kernel-name "$1" --launch-skip 3 --launch-count 1 \
 			--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
@@ -111,11 +111,16 @@ workload random-0.6b-top-on-device 8012 --workload random --random-input-len 512
 kill $pid; wait $pid 2>/dev/null
 
 echo "== LowBArena workloads on the Qwen3-8B shape, scaled (interactive: 8 of 32 prompts; serve: 32 of 64 prompts, 128 of 512 generated; long_context: 16 of 128 prompts and in flight, 64 of 256 generated)"
-serve q8 /tmp/lowbit-bench-qwen3-8b/bf16 8013 --max-model-len 16448
-workload interactive 8013 --workload random --random-input-len 1024 --random-output-len 256 --num-prompts 8 --max-concurrency 1
-workload serve 8013 --workload random --random-input-len 8192 --random-output-len 128 --num-prompts 32 --max-concurrency 32
-workload long_context 8013 --workload random --random-input-len 16000 --random-output-len 64 --num-prompts 16 --max-concurrency 16
+# Twice: every row on float32 activations (the default), then prompt rows'
+# linear layers on BF16 activations through cuBLASLt (--prefill-activations bf16).
+for act in ${PREFILL_ACTS:-float32 bf16}; do
+echo "-- prefill activations $act" | tee -a "$work"
+serve q8 /tmp/lowbit-bench-qwen3-8b/bf16 8013 --max-model-len 16448 --prefill-activations $act
+workload interactive-$act 8013 --workload random --random-input-len 1024 --random-output-len 256 --num-prompts 8 --max-concurrency 1
+workload serve-$act 8013 --workload random --random-input-len 8192 --random-output-len 128 --num-prompts 32 --max-concurrency 32
+workload long_context-$act 8013 --workload random --random-input-len 16000 --random-output-len 64 --num-prompts 16 --max-concurrency 16
 kill $pid; wait $pid 2>/dev/null
+done
 grep -E "engine" "$out/serve.log" | head -4
 fi
 

@@ -49,6 +49,12 @@ type Config struct {
 	MaxWaiting int
 	// DisablePrefixCaching turns off reuse of cached full blocks.
 	DisablePrefixCaching bool
+	// PromptNumerics says the executor computes prompt rows
+	// (BatchEntry.Prompt) with other numerics than generated ones
+	// (runtime.WithPrefillBF16): the prefix cache then keeps only blocks
+	// of prompt positions, so that a block found there holds what the
+	// request would have computed itself.
+	PromptNumerics bool
 	// NewExecutor makes the executor that owns the KV cache and runs the
 	// forwards (runtime.NewCUDAExecutor on a GPU); nil runs on the CPU
 	// with the model's kernels (a runtime.KVPool).

@@ -370,7 +370,8 @@ func (e *Engine) entry(s *seqState, n int) runtime.BatchEntry {
 	case s.computed+n == len(s.tokens):
 		logits = 1
 	}
-	return runtime.BatchEntry{Blocks: s.table, Start: s.computed, Tokens: s.tokens[s.computed : s.computed+n], Logits: logits}
+	return runtime.BatchEntry{Blocks: s.table, Start: s.computed, Tokens: s.tokens[s.computed : s.computed+n], Logits: logits,
+		Prompt: min(max(s.nPrompt-s.computed, 0), n)}
 }
 
 // preempt frees s's blocks and puts it back at the front of the queue; it
@@ -528,8 +529,11 @@ func (e *Engine) registerBlocks(s *seqState) {
 	if e.cfg.DisablePrefixCaching {
 		return
 	}
-	bs := e.cfg.BlockSize
-	for ; (s.hashed+1)*bs <= s.computed; s.hashed++ {
+	bs, done := e.cfg.BlockSize, s.computed
+	if e.cfg.PromptNumerics {
+		done = min(done, s.nPrompt)
+	}
+	for ; (s.hashed+1)*bs <= done; s.hashed++ {
 		s.parent = e.bm.register(s.table[s.hashed], s.parent, s.tokens[s.hashed*bs:(s.hashed+1)*bs])
 	}
 }

@@ -47,10 +47,15 @@ type Config struct {
 	MaxLogprobs          int
 	DisablePrefixCaching bool
 	Device               string // auto, cpu, cuda
-	Threads              int    // CPU threads; 0 is all
-	NoMmap               bool   // runtime.LoadOptions.NoMmap on the CPU; ignored on a GPU, which holds its own copy
-	Version              string
-	Log                  *slog.Logger
+	// PrefillActivations is "float32" (the default: every row with the
+	// float32-activation numerics the CPU shares) or "bf16" (on a GPU,
+	// prompt rows' linear layers on BF16 activations through cuBLASLt:
+	// runtime.WithPrefillBF16).
+	PrefillActivations string
+	Threads            int  // CPU threads; 0 is all
+	NoMmap             bool // runtime.LoadOptions.NoMmap on the CPU; ignored on a GPU, which holds its own copy
+	Version            string
+	Log                *slog.Logger
 	// Ready, when set, is called with the listening address once the
 	// server accepts connections.
 	Ready func(addr string)
@@ -219,6 +224,17 @@ func serverOptions(c Config, maxModelLen int) (server.Options, error) {
 func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops) (engine.Config, error) {
 	e := engine.Config{MaxModelLen: c.MaxModelLen, MaxNumSeqs: c.MaxNumSeqs, MaxNumBatchedTokens: c.MaxNumBatchedTokens,
 		BlockSize: c.BlockSize, KVCacheDType: c.KVCacheDType, DisablePrefixCaching: c.DisablePrefixCaching}
+	var bf16Prefill bool
+	switch c.PrefillActivations {
+	case "", "float32":
+	case "bf16":
+		if dev == nil {
+			return e, fmt.Errorf("serve: --prefill-activations bf16 needs a GPU (--device cuda); the CPU runs float32 activations")
+		}
+		bf16Prefill, e.PromptNumerics = true, true
+	default:
+		return e, fmt.Errorf("serve: --prefill-activations %q: want float32 or bf16", c.PrefillActivations)
+	}
 	if e.MaxModelLen == 0 {
 		e.MaxModelLen = m.MaxPositions()
 	}
@@ -261,7 +277,13 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 		logits := 4 * int64(m.VocabSize()) * int64(e.MaxNumSeqs+256)
 		// The attention's per-chunk partials.
 		partials := cuda.AttentionPartialsBytes(d.Heads, d.KVHeads, d.HeadDim, e.MaxNumBatchedTokens)
-		budget := int64(c.GPUMemoryUtilization*float64(total)) - (total - free) - m.WeightBytes() - acts - logits - partials - 512<<20
+		weights := m.WeightBytes()
+		if bf16Prefill {
+			// The row-major copies, and the BF16 activations and workspace
+			// of cuBLASLt.
+			weights += m.BF16LinearBytes() + 2*int64(e.MaxNumBatchedTokens)*int64(d.Intermediate) + 32<<20
+		}
+		budget := int64(c.GPUMemoryUtilization*float64(total)) - (total - free) - weights - acts - logits - partials - 512<<20
 		e.KVCacheBytes = min(budget, want)
 	default:
 		// vLLM's CPU backend takes 4 GiB unless told otherwise
@@ -281,7 +303,11 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 		// before it becomes the default.
 		top := os.Getenv("LOWBIT_TOP_ON_DEVICE") == "1"
 		e.NewExecutor = func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
-			x, err := runtime.NewCUDAExecutor(m, dev, blocks, bs, dt)
+			var opts []runtime.CUDAOption
+			if bf16Prefill {
+				opts = append(opts, runtime.WithPrefillBF16())
+			}
+			x, err := runtime.NewCUDAExecutor(m, dev, blocks, bs, dt, opts...)
 			if err == nil {
 				x.TopOnDevice = top
 			}
