@@ -31,6 +31,13 @@ var tiny struct {
 
 func tinyModel(t testing.TB) *runtime.Model {
 	t.Helper()
+	return tinyModelWith(t, nil)
+}
+
+// tinyModelWith is tinyModel on the kernels wrap makes of the CPU's (nil:
+// those themselves).
+func tinyModelWith(t testing.TB, wrap func(kernels.Ops) kernels.Ops) *runtime.Model {
+	t.Helper()
 	tiny.once.Do(func() {
 		tiny.dir, tiny.err = func() (string, error) {
 			d, err := osMkdirTemp()
@@ -48,6 +55,9 @@ func tinyModel(t testing.TB) *runtime.Model {
 	if c, err := cpu.New(); err == nil {
 		ops = c
 		t.Cleanup(c.Close)
+	}
+	if wrap != nil {
+		ops = wrap(ops)
 	}
 	m, err := runtime.Load(tiny.dir, ops)
 	if err != nil {
