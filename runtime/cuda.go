@@ -39,8 +39,9 @@ type CUDAExecutor struct {
 	graphGen map[graphKey]int
 
 	// TopOnDevice lets the engine take rows as TopLogits reduced on the
-	// device (ForwardTop) instead of whole rows. Off until topk.cu has run
-	// on a GPU (it was written after the last device time of its session).
+	// device (ForwardTop) instead of whole rows. lowbit serve sets it: on
+	// the H200 it took the Qwen3-0.6B shape's random 512/128 workload at 16
+	// in flight from 13,043 to 16,663 tok/s (TPOT 5.63 to 4.29 ms).
 	TopOnDevice bool
 
 	// prefillBF16 (WithPrefillBF16): prompt rows' linear layers take BF16

@@ -104,10 +104,10 @@ kill $pid; wait $pid 2>/dev/null
 serve q06 /tmp/lowbit-bench-qwen3-0.6b/bf16 8012 --max-model-len 4096
 workload random-0.6b 8012 --workload random --random-input-len 512 --random-output-len 128 --num-prompts 64 --max-concurrency 16
 kill $pid; wait $pid 2>/dev/null
-# The same with decode rows reduced to their best entries on the GPU
-# (runtime.CUDAExecutor.TopOnDevice) instead of copied back whole.
-LOWBIT_TOP_ON_DEVICE=1 serve q06 /tmp/lowbit-bench-qwen3-0.6b/bf16 8012 --max-model-len 4096
-workload random-0.6b-top-on-device 8012 --workload random --random-input-len 512 --random-output-len 128 --num-prompts 64 --max-concurrency 16
+# The same with whole logits rows copied back instead of reduced to their
+# best entries on the GPU (runtime.CUDAExecutor.TopOnDevice, the default).
+LOWBIT_TOP_ON_DEVICE=0 serve q06 /tmp/lowbit-bench-qwen3-0.6b/bf16 8012 --max-model-len 4096
+workload random-0.6b-whole-rows 8012 --workload random --random-input-len 512 --random-output-len 128 --num-prompts 64 --max-concurrency 16
 kill $pid; wait $pid 2>/dev/null
 
 echo "== LowBArena workloads on the Qwen3-8B shape, scaled (interactive: 8 of 32 prompts; serve: 32 of 64 prompts, 128 of 512 generated; long_context: 16 of 128 prompts and in flight, 64 of 256 generated)"
