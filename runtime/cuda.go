@@ -409,7 +409,7 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows 
 	if err := e.reserve(T, max(rows, 1), len(tables)); err != nil {
 		return err
 	}
-	plan := cuda.PlanAttention(seq, pos, d.heads, &e.layers[0].kv, stride*e.blockSize)
+	plan := cuda.PlanAttentionBF16(seq, pos, d.heads, &e.layers[0].kv, stride*e.blockSize, e.prompt)
 	if err := e.d.ReserveAttention(plan.Parts, d.heads, d.headDim); err != nil {
 		return err
 	}

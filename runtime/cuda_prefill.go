@@ -7,16 +7,19 @@ import "github.com/lowbit-ai/lowbit/kernels/cuda"
 // CUDAOption configures a CUDAExecutor.
 type CUDAOption func(*CUDAExecutor)
 
-// WithPrefillBF16 runs the linear layers of prompt rows (BatchEntry.Prompt)
-// with BF16 activations through cuBLASLt, as vLLM and transformers compute
-// a BF16 model, instead of the float32-activation contract of
-// kernels.Ops; generated tokens keep that contract. It is for speed:
-// prefill on cuBLASLt's tensor-core GEMMs instead of three BF16 products a
-// weight. A row's kind depends on its position in its request only, and
-// cuBLASLt runs one algorithm a weight shape at every row count, so
-// results stay batch invariant. It keeps a second, row-major copy of the
-// BF16 layer weights (Model.BF16LinearBytes more device memory); other
-// weight formats are unaffected.
+// WithPrefillBF16 runs prompt rows (BatchEntry.Prompt) on BF16 activations,
+// as vLLM and transformers compute a BF16 model: their linear layers take
+// BF16 x through cuBLASLt, their attention BF16 q and softmax weights
+// (attention_mma.cu's _q1 kernels), instead of the float32-activation
+// contract of kernels.Ops, which generated tokens keep. It is for speed:
+// prefill on cuBLASLt's tensor-core GEMMs and a third of the attention's
+// mma, instead of three BF16 products a value. A row's kind depends on its
+// position in its request only, and cuBLASLt runs one algorithm a weight
+// shape at every row count, so results stay batch invariant. It keeps a
+// second, row-major copy of the BF16 layer weights
+// (Model.BF16LinearBytes more device memory); other weight formats, and
+// attention where the tensor-core kernels do not serve the head shape,
+// keep float32 activations.
 func WithPrefillBF16() CUDAOption { return func(e *CUDAExecutor) { e.prefillBF16 = true } }
 
 // matmul runs x [T, in] through the weights ws into ys (MatMulShared):

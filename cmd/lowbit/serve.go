@@ -61,7 +61,7 @@ SIGINT or SIGTERM stops accepting requests and drains those in flight.`,
 	f.BoolVar(&prefix, "enable-prefix-caching", true, "reuse the KV cache of shared prompt prefixes")
 	f.BoolVar(&noPrefix, "no-enable-prefix-caching", false, "turn prefix caching off")
 	f.StringVar(&c.Device, "device", "auto", "auto (a GPU when one is usable, else the CPU), cpu or cuda")
-	f.StringVar(&c.PrefillActivations, "prefill-activations", "float32", "float32 (every row with the CPU's numerics) or bf16 (GPU: prompt tokens' linear layers on BF16 activations through cuBLASLt, as vLLM computes; faster prefill, a second copy of the BF16 weights)")
+	f.StringVar(&c.PrefillActivations, "prefill-activations", "float32", "float32 (every row with the CPU's numerics) or bf16 (GPU: prompt tokens on BF16 activations, cuBLASLt GEMMs and BF16 attention, as vLLM computes; faster prefill, a second copy of the BF16 weights)")
 	f.IntVar(&c.Threads, "threads", 0, "CPU threads (default: all)")
 	f.BoolVar(&c.NoMmap, "no-mmap", false, noMmapHelp+"; CPU device only")
 	var seed int64

@@ -33,6 +33,10 @@ type AttentionPlan struct {
 	Work         []int32 // Flash: (first token, tokens) a block
 	Warps        int     // Flash: warps a block
 	Z            int     // Split: blocks a tile's chunks are spread over
+	// BF16Work is how many of Work's first blocks hold the tokens below
+	// PlanAttentionBF16's bf16 (their q and P as one BF16 term: the _q1
+	// kernels).
+	BF16Work int
 }
 
 // flashChunk is FA_CHUNK of attention_mma.cu.
@@ -71,6 +75,15 @@ func flashFits(p *KVPool, H int) bool {
 // positions), H query heads, over pool p whose tables reach ctx positions
 // (the contiguous cache: the last position + 1).
 func PlanAttention(seq, pos []int32, H int, p *KVPool, ctx int) AttentionPlan {
+	return PlanAttentionBF16(seq, pos, H, p, ctx, 0)
+}
+
+// PlanAttentionBF16 is PlanAttention with the first bf16 tokens' q and P
+// taken as BF16 (attention_mma.cu's _q1 kernels), as the runtime's BF16
+// prefill computes prompt rows; no block holds tokens of both kinds. The
+// fallback kernels (attention.cu) have no BF16 form: where they run, every
+// token keeps float32 q and P.
+func PlanAttentionBF16(seq, pos []int32, H int, p *KVPool, ctx, bf16 int) AttentionPlan {
 	if !flashFits(p, H) {
 		off, parts := PartOffsets(pos)
 		return AttentionPlan{PartOff: off, Parts: parts}
@@ -95,11 +108,14 @@ func PlanAttention(seq, pos []int32, H int, p *KVPool, ctx int) AttentionPlan {
 	per := pl.Warps * (16 / (H / p.KVHeads)) // tokens a block
 	for t := 0; t < len(pos); {
 		run := 1
-		for t+run < len(pos) && seq[t+run] == seq[t] && pos[t+run] == pos[t+run-1]+1 {
+		for t+run < len(pos) && t+run != bf16 && seq[t+run] == seq[t] && pos[t+run] == pos[t+run-1]+1 {
 			run++
 		}
 		for i := 0; i < run; i += per {
 			pl.Work = append(pl.Work, int32(t+i), int32(min(per, run-i)))
+			if t+i < bf16 {
+				pl.BF16Work++
+			}
 		}
 		t += run
 	}
@@ -175,12 +191,24 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 		}
 		shmem := (pl.Warps*3*16 + 2*terms*flashChunk) * (p.HeadDim + 8) * 2
 		name := fmt.Sprintf("lb_flash_d%d_k%d_%s", p.HeadDim, terms, mode)
-		if err := k.d.launch(name, [3]int{len(pl.Work) / 2, p.KVHeads, z}, [3]int{32 * pl.Warps, 1, 1}, shmem,
-			ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)),
-			f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
-			ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), ptrArg(b.Work.ptr), intArg(p.BlockSize), intArg(H),
-			intArg(p.KVHeads), f32Arg(scale)); err != nil || !pl.Split {
-			return err
+		// The BF16 blocks first (the _q1 kernel), then the others.
+		for _, part := range []struct {
+			suffix      string
+			first, last int
+		}{{"_q1", 0, pl.BF16Work}, {"", pl.BF16Work, len(pl.Work) / 2}} {
+			if part.last == part.first {
+				continue
+			}
+			if err := k.d.launch(name+part.suffix, [3]int{part.last - part.first, p.KVHeads, z}, [3]int{32 * pl.Warps, 1, 1}, shmem,
+				ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)),
+				f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
+				ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), ptrArg(b.Work.Slice(8*part.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H),
+				intArg(p.KVHeads), f32Arg(scale)); err != nil {
+				return err
+			}
+		}
+		if !pl.Split {
+			return nil
 		}
 		return k.d.launch("lb_flash_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
 			ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))

@@ -52,6 +52,21 @@ func TestPlanAttention(t *testing.T) {
 			t.Fatalf("work %v, want %v", pl.Work, want)
 		}
 	})
+	t.Run("bf16 rows", func(t *testing.T) {
+		// One sequence's 38 prompt rows (BF16) then its 5 generated rows
+		// (split mode: a warp a block, 4 tokens of G = 4 heads): the run
+		// breaks at 38, the BF16 blocks come first.
+		seq := make([]int32, 43)
+		pl := PlanAttentionBF16(seq, positions(0, 43), 32, pool(8, 128), 4096, 38)
+		var want []int32
+		for t := 0; t < 38; t += 4 {
+			want = append(want, int32(t), int32(min(4, 38-t)))
+		}
+		want = append(want, 38, 4, 42, 1)
+		if !slices.Equal(pl.Work, want) || pl.BF16Work != 10 {
+			t.Fatalf("work %v with %d BF16 blocks, want %v with 10", pl.Work, pl.BF16Work, want)
+		}
+	})
 	t.Run("partials bound", func(t *testing.T) {
 		// 128 decode tokens at 40k positions would need 1.3 GB of
 		// partials: they run whole.

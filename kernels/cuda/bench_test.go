@@ -144,7 +144,7 @@ func BenchmarkKernels(b *testing.B) {
 	// and a prefill of T tokens over their own causal context (FLOPs:
 	// 4·H·Dh a (query, key) pair), beside PyTorch's SDPA on the same shape.
 	const H, KVH, Dh, bs = 32, 8, 128, 16
-	attention := func(b *testing.B, T, ctx int) float64 {
+	attention := func(b *testing.B, T, ctx, bf16 int) float64 {
 		p := &KVPool{DType: kernels.KVBF16, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
 		pool := ctx * KVH * Dh * 2
 		p.K, _ = d.Alloc(pool)
@@ -161,7 +161,7 @@ func BenchmarkKernels(b *testing.B) {
 		for t := range pos {
 			pos[t] = int32(ctx - T + t)
 		}
-		bt := &Batch{Stride: len(tables), Plan: PlanAttention(seq, pos, H, p, ctx)}
+		bt := &Batch{Stride: len(tables), Plan: PlanAttentionBF16(seq, pos, H, p, ctx, bf16)}
 		if err := d.ReserveAttention(bt.Plan.Parts, H, Dh); err != nil {
 			b.Fatal(err)
 		}
@@ -189,11 +189,17 @@ func BenchmarkKernels(b *testing.B) {
 		return timeGraph(b, func(k *K) error { return k.AttentionBatch(out, q, p, bt, T, H, 0.088) }, bytes)
 	}
 	for _, ctx := range []int{1024, 8192} {
-		b.Run(fmt.Sprintf("attention-decode/ctx=%d", ctx), func(b *testing.B) { attention(b, 1, ctx) })
+		b.Run(fmt.Sprintf("attention-decode/ctx=%d", ctx), func(b *testing.B) { attention(b, 1, ctx, 0) })
 	}
-	for _, T := range []int{1024, 8192} {
-		b.Run(fmt.Sprintf("attention-prefill/T=%d", T), func(b *testing.B) {
-			per := attention(b, T, T)
+	// Prefill: q and P in three BF16 terms, and as one (the BF16 prefill).
+	for _, c := range []struct {
+		name string
+		T    int
+		bf16 bool
+	}{{"", 1024, false}, {"", 8192, false}, {"-bf16", 1024, true}, {"-bf16", 8192, true}} {
+		T := c.T
+		b.Run(fmt.Sprintf("attention-prefill%s/T=%d", c.name, T), func(b *testing.B) {
+			per := attention(b, T, T, map[bool]int{true: T}[c.bf16])
 			tf := 4 * float64(H*Dh) * float64(T) * float64(T+1) / 2 / per / 1e12
 			b.ReportMetric(tf, "TFLOP/s")
 			if t, ok := torch.SDPA[fmt.Sprint(T)]; ok {

@@ -49,8 +49,7 @@ type Config struct {
 	Device               string // auto, cpu, cuda
 	// PrefillActivations is "float32" (the default: every row with the
 	// float32-activation numerics the CPU shares) or "bf16" (on a GPU,
-	// prompt rows' linear layers on BF16 activations through cuBLASLt:
-	// runtime.WithPrefillBF16).
+	// prompt rows on BF16 activations: runtime.WithPrefillBF16).
 	PrefillActivations string
 	Threads            int  // CPU threads; 0 is all
 	NoMmap             bool // runtime.LoadOptions.NoMmap on the CPU; ignored on a GPU, which holds its own copy

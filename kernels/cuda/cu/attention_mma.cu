@@ -14,7 +14,10 @@
 // mma of the six term pairs whose weight reaches 2^-24 (hi·hi, mid·hi,
 // lo·hi, hi·mid, mid·mid, hi·lo; the first three only for a BF16 cache),
 // head-dim chunk of 16 by chunk (positions by 16 for o_c), accumulated in
-// float32 by the tensor cores in that order. The chunks then fold in order:
+// float32 by the tensor cores in that order. The _q1 kernels keep only q's
+// and P's first term, their round-to-nearest BF16 values (l_c still sums
+// the float32 P_j): the BF16-activation attention of the runtime's BF16
+// prefill (the pairs hi·hi, and hi·mid, hi·lo for a cache that is not BF16). The chunks then fold in order:
 // (M, L, O) = chunk 0's; for c > 0, M' = max(M, m_c), a = exp(M − M'),
 // b = exp(m_c − M'), L = L·a + l_c·b, O = O·a + o_c·b; out = O / L.
 // A row's result depends only on its q and its cache up to p: neither the
@@ -115,13 +118,14 @@ __device__ __forceinline__ uint4 fa_frag(const u32 *r) {
 	return a;
 }
 
-template <int DH, int KT, bool SPLIT>
+template <int DH, int KT, int QT, bool SPLIT>
 __device__ __forceinline__ void fa_run(float *out, float *partials, const float *q, const u8 *kp, const u8 *vp,
                                        int dtype, float kscale, float vscale, const int *tables, int stride,
                                        const int *seq, const int *pos, const int *part_off, const int *work, int bs,
                                        int H, int KVH, float scale) {
-	constexpr int LD = DH + 8, NT = DH / 8, DC = DH / 16, NP = KT == 1 ? 3 : 6;
-	// The term pairs in order: (q or P term, k or v term).
+	constexpr int LD = DH + 8, NT = DH / 8, DC = DH / 16;
+	// The term pairs in order: (q or P term, k or v term); those past QT
+	// or KT terms are skipped.
 	const int at[6] = {0, 1, 2, 0, 1, 0}, bt[6] = {0, 0, 0, 1, 1, 2};
 	extern __shared__ uint4 fa_smem[];
 	__shared__ i64 rows[FA_CHUNK];
@@ -176,9 +180,9 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 			for (int e = 0; e < 4; e++) s[j][e] = 0.0f;
 #pragma unroll
 		for (int dc = 0; dc < DC; dc++) {
-			u32 qa[3][4];
+			u32 qa[QT][4];
 #pragma unroll
-			for (int m = 0; m < 3; m++) ldsm_x4(qa[m], qs + (m * 16 + (lane & 15)) * LD + dc * 16 + (lane >> 4) * 8);
+			for (int m = 0; m < QT; m++) ldsm_x4(qa[m], qs + (m * 16 + (lane & 15)) * LD + dc * 16 + (lane >> 4) * 8);
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
 				u32 kb[KT][4];
@@ -187,7 +191,8 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 					ldsm_x4(kb[m], ks + (m * FA_CHUNK + 16 * i + ((lane >> 4) & 1) * 8 + (lane & 7)) * LD + dc * 16 +
 					                   ((lane >> 3) & 1) * 8);
 #pragma unroll
-				for (int pi = 0; pi < NP; pi++) {
+				for (int pi = 0; pi < 6; pi++) {
+					if (at[pi] >= QT || bt[pi] >= KT) continue;
 					uint4 a = fa_frag(qa[at[pi]]);
 					mma_bf16(s[2 * i], a, kb[bt[pi]][0], kb[bt[pi]][1]);
 					mma_bf16(s[2 * i + 1], a, kb[bt[pi]][2], kb[bt[pi]][3]);
@@ -270,7 +275,8 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 					ldsm_x4_t(vb[m], vs + (m * FA_CHUNK + 16 * kc + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD +
 					                     16 * dp + ((lane >> 4) & 1) * 8);
 #pragma unroll
-				for (int pi = 0; pi < NP; pi++) {
+				for (int pi = 0; pi < 6; pi++) {
+					if (at[pi] >= QT || bt[pi] >= KT) continue;
 					uint4 a = fa_frag(pa[kc][at[pi]]);
 					mma_bf16(o[0], a, vb[bt[pi]][0], vb[bt[pi]][1]);
 					mma_bf16(o[1], a, vb[bt[pi]][2], vb[bt[pi]][3]);
@@ -350,20 +356,37 @@ extern "C" __global__ void lb_flash_merge(float *out, const float *partials, con
 #define FA_ARGS                                                                                                      \
 	out, partials, q, kp, vp, dtype, kscale, vscale, tables, stride, seq, pos, part_off, work, bs, H, KVH, scale
 
-// lb_flash_d<head dim>_k<k and v terms>_<mode>: blocks of up to 4 warps.
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole(FA_PARAMS) { fa_run<16, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split(FA_PARAMS) { fa_run<16, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole(FA_PARAMS) { fa_run<16, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split(FA_PARAMS) { fa_run<16, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole(FA_PARAMS) { fa_run<32, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split(FA_PARAMS) { fa_run<32, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole(FA_PARAMS) { fa_run<32, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split(FA_PARAMS) { fa_run<32, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole(FA_PARAMS) { fa_run<64, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split(FA_PARAMS) { fa_run<64, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole(FA_PARAMS) { fa_run<64, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split(FA_PARAMS) { fa_run<64, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole(FA_PARAMS) { fa_run<128, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split(FA_PARAMS) { fa_run<128, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole(FA_PARAMS) { fa_run<128, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split(FA_PARAMS) { fa_run<128, 3, true>(FA_ARGS); }
+// lb_flash_d<head dim>_k<k and v terms>_<mode>[_q1]: blocks of up to 4
+// warps; _q1: q and P as one BF16 term.
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole(FA_PARAMS) { fa_run<16, 1, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split(FA_PARAMS) { fa_run<16, 1, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole_q1(FA_PARAMS) { fa_run<16, 1, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split_q1(FA_PARAMS) { fa_run<16, 1, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole(FA_PARAMS) { fa_run<16, 3, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split(FA_PARAMS) { fa_run<16, 3, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole_q1(FA_PARAMS) { fa_run<16, 3, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split_q1(FA_PARAMS) { fa_run<16, 3, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole(FA_PARAMS) { fa_run<32, 1, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split(FA_PARAMS) { fa_run<32, 1, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole_q1(FA_PARAMS) { fa_run<32, 1, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split_q1(FA_PARAMS) { fa_run<32, 1, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole(FA_PARAMS) { fa_run<32, 3, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split(FA_PARAMS) { fa_run<32, 3, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole_q1(FA_PARAMS) { fa_run<32, 3, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split_q1(FA_PARAMS) { fa_run<32, 3, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole(FA_PARAMS) { fa_run<64, 1, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split(FA_PARAMS) { fa_run<64, 1, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_q1(FA_PARAMS) { fa_run<64, 1, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_q1(FA_PARAMS) { fa_run<64, 1, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole(FA_PARAMS) { fa_run<64, 3, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split(FA_PARAMS) { fa_run<64, 3, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole_q1(FA_PARAMS) { fa_run<64, 3, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split_q1(FA_PARAMS) { fa_run<64, 3, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole(FA_PARAMS) { fa_run<128, 1, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split(FA_PARAMS) { fa_run<128, 1, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_q1(FA_PARAMS) { fa_run<128, 1, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_q1(FA_PARAMS) { fa_run<128, 1, 1, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole(FA_PARAMS) { fa_run<128, 3, 3, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split(FA_PARAMS) { fa_run<128, 3, 3, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole_q1(FA_PARAMS) { fa_run<128, 3, 1, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split_q1(FA_PARAMS) { fa_run<128, 3, 1, true>(FA_ARGS); }
