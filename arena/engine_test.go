@@ -50,7 +50,7 @@ func TestLaunchScriptArguments(t *testing.T) {
 	dir := argvEngine(t, LaunchOptions{Device: "cuda"})
 	base := []string{"serve", "/artifact", "--tokenizer", "/source", "--served-model-name", "local",
 		"--host", "127.0.0.1", "--port", "8123", "--max-model-len", "32768", "--gpu-memory-utilization", "0.9"}
-	tail := []string{"--kv-cache-dtype", "fp8", "--no-enable-prefix-caching", "--seed", "0", "--device", "cuda"}
+	tail := []string{"--kv-cache-dtype", "fp8", "--no-enable-prefix-caching", "--seed", "0", "--device", "cuda", "--prefill-activations", "bf16"}
 	gen := []string{"--generation-config", "/source"}
 	cat := func(parts ...[]string) string {
 		var all []string
@@ -113,9 +113,15 @@ func TestLaunchOptions(t *testing.T) {
 	if _, err := LaunchScript(LaunchOptions{Device: "tpu"}, "x"); err == nil {
 		t.Error("device tpu accepted")
 	}
+	if _, err := LaunchScript(LaunchOptions{Device: "cpu", PrefillActivations: "bf16"}, "x"); err == nil {
+		t.Error("bf16 prefill on the CPU accepted")
+	}
+	if s, err := LaunchScript(LaunchOptions{Device: "cpu"}, "x"); err != nil || !strings.Contains(s, "--device cpu --prefill-activations float32") {
+		t.Errorf("the CPU's default prefill activations: %v", err)
+	}
 	s, err := LaunchScript(LaunchOptions{MaxNumSeqs: 64, MaxNumBatchedTokens: 4096, PrefixCaching: true}, "x")
 	if err != nil || !strings.Contains(s, `"$GPU_MEMORY_UTILIZATION" --max-num-seqs 64 --max-num-batched-tokens 4096 \`) ||
-		!strings.Contains(s, "--device cuda") ||
+		!strings.Contains(s, "--device cuda --prefill-activations bf16") ||
 		strings.Contains(s, "--no-enable-prefix-caching") {
 		t.Errorf("baked settings missing: %v\n%s", err, s)
 	}

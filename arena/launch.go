@@ -26,6 +26,11 @@ type LaunchOptions struct {
 	// lowbit serve's defaults for the device (tuned for it, where the stock
 	// engine's 256 and 8192 were tuned for vLLM).
 	MaxNumSeqs, MaxNumBatchedTokens int
+	// PrefillActivations is lowbit serve's --prefill-activations: "" is
+	// bf16 on cuda (prompt tokens on BF16 activations, as the arena's
+	// reference engine computes them; several times faster prefill) and
+	// float32 elsewhere.
+	PrefillActivations string
 }
 
 // serveFlagsUsed are the `lowbit serve` flags launch.sh passes; each must
@@ -33,7 +38,7 @@ type LaunchOptions struct {
 // when LANGUAGE_MODEL_ONLY is set, so its absence is a warning.
 var serveFlagsUsed = []string{"tokenizer", "served-model-name", "host", "port", "max-model-len",
 	"gpu-memory-utilization", "max-num-seqs", "max-num-batched-tokens", "generation-config",
-	"kv-cache-dtype", "seed", "device", "no-enable-prefix-caching"}
+	"kv-cache-dtype", "seed", "device", "no-enable-prefix-caching", "prefill-activations"}
 
 const languageModelOnlyFlag = "language-model-only"
 
@@ -44,6 +49,20 @@ func (o *LaunchOptions) fill() error {
 	case "cuda", "cpu", "auto":
 	default:
 		return fmt.Errorf("arena: device %q: choose cuda (the arena's GPU), cpu or auto", o.Device)
+	}
+	switch o.PrefillActivations {
+	case "":
+		o.PrefillActivations = "float32"
+		if o.Device == "cuda" {
+			o.PrefillActivations = "bf16"
+		}
+	case "float32":
+	case "bf16":
+		if o.Device != "cuda" {
+			return fmt.Errorf("arena: prefill activations bf16 need --device cuda, not %s", o.Device)
+		}
+	default:
+		return fmt.Errorf("arena: prefill activations %q: choose float32 or bf16", o.PrefillActivations)
 	}
 	if o.MaxNumSeqs < 0 || o.MaxNumBatchedTokens < 0 {
 		return fmt.Errorf("arena: max-num-seqs %d and max-num-batched-tokens %d: want positive numbers (or 0 for lowbit serve's defaults)",
@@ -78,7 +97,7 @@ func LaunchScript(o LaunchOptions, version string) (string, error) {
 		batch += fmt.Sprintf(" --max-num-batched-tokens %d", o.MaxNumBatchedTokens)
 	}
 	r := strings.NewReplacer("@VERSION@", version, "@REQUIRED@", strings.Join(required, " "), "@DEVICE@", o.Device,
-		"@BATCH@", batch, "@PREFIX@", prefix)
+		"@BATCH@", batch, "@PREFIX@", prefix, "@PREFILL@", o.PrefillActivations)
 	return r.Replace(launchTemplate), nil
 }
 
@@ -119,7 +138,7 @@ serve)
     --gpu-memory-utilization "$GPU_MEMORY_UTILIZATION"@BATCH@ \
     ${GENERATION_CONFIG:+--generation-config "$GENERATION_CONFIG"} \
     --kv-cache-dtype "$KV_CACHE_DTYPE"@PREFIX@ --seed 0 \
-    --device @DEVICE@ \
+    --device @DEVICE@ --prefill-activations @PREFILL@ \
     ${LANGUAGE_MODEL_ONLY:+--language-model-only}
   ;;
 *)

@@ -83,6 +83,7 @@ Check a LowBArena directory as the arena runs it: lowbit engine check DIR --arti
 	f.IntVar(&launch.MaxNumSeqs, "max-num-seqs", 0, "bake --max-num-seqs into launch.sh (default: lowbit serve's for the device)")
 	f.IntVar(&launch.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "bake --max-num-batched-tokens into launch.sh (default: lowbit serve's)")
 	f.BoolVar(&launch.PrefixCaching, "prefix-caching", false, "keep prefix caching on (the stock launch.sh turns vLLM's off)")
+	f.StringVar(&launch.PrefillActivations, "prefill-activations", "", "lowbit serve --prefill-activations in launch.sh: float32 or bf16 (default: bf16 on cuda, float32 otherwise)")
 	cmd.MarkFlagRequired("out")
 	cmd.MarkFlagRequired("target")
 	cmd.AddCommand(newEngineCheckCmd())
