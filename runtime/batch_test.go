@@ -78,8 +78,17 @@ func sameBits(a, b []float32) bool {
 // executor and returns each one's logits rows for all its tokens.
 func executorCase(t *testing.T, exec Executor, seqs [][]int, V int) [][]float32 {
 	t.Helper()
+	return stepsCase(t, exec, seqs, nil, [][]int{{5, 7, 3}, {6, 7, 4}, {12, 7, 19}, {12, 7, 20}}, V)
+}
+
+// stepsCase runs seqs over exec in the chunks of steps (each entry's end
+// position a step), every row returning logits, the first prompts[i] of
+// sequence i's tokens marked as prompt rows (nil: none), on block tables
+// drawn from a fixed permutation of the pool; it returns each sequence's
+// logits.
+func stepsCase(t *testing.T, exec Executor, seqs [][]int, prompts []int, steps [][]int, V int) [][]float32 {
+	t.Helper()
 	bs := exec.BlockSize()
-	steps := [][]int{{5, 7, 3}, {6, 7, 4}, {12, 7, 19}, {12, 7, 20}}
 	perm := rand.New(rand.NewPCG(8, 8)).Perm(exec.Blocks())
 	var tables [][]int32
 	for i, s := range seqs {
@@ -96,10 +105,15 @@ func executorCase(t *testing.T, exec Executor, seqs [][]int, V int) [][]float32 
 		var who []int
 		for i, end := range ends {
 			end = min(end, len(seqs[i]))
-			if end > done[i] {
-				batch = append(batch, BatchEntry{Blocks: tables[i], Start: done[i], Tokens: seqs[i][done[i]:end], Logits: end - done[i]})
-				who = append(who, i)
+			if end <= done[i] {
+				continue
 			}
+			e := BatchEntry{Blocks: tables[i], Start: done[i], Tokens: seqs[i][done[i]:end], Logits: end - done[i]}
+			if prompts != nil {
+				e.Prompt = max(prompts[i]-done[i], 0)
+			}
+			batch = append(batch, e)
+			who = append(who, i)
 		}
 		logits, err := exec.Forward(batch)
 		if err != nil {

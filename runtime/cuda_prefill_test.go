@@ -13,44 +13,6 @@ import (
 	"github.com/lowbit-ai/lowbit/kernels/kerneltest"
 )
 
-// promptCase runs seqs through exec in the chunks of steps (each entry's
-// end position a step), their first prompts[i] tokens marked as prompt
-// rows, every row returning logits; it returns each sequence's logits.
-func promptCase(t *testing.T, exec Executor, seqs [][]int, prompts []int, steps [][]int, V int) [][]float32 {
-	t.Helper()
-	out := make([][]float32, len(seqs))
-	done := make([]int, len(seqs))
-	for _, ends := range steps {
-		var batch []BatchEntry
-		var who []int
-		for i, end := range ends {
-			end = min(end, len(seqs[i]))
-			if end <= done[i] {
-				continue
-			}
-			blocks := make([]int32, 8)
-			for j := range blocks {
-				blocks[j] = int32(8*i + (j*5)%8)
-			}
-			batch = append(batch, BatchEntry{Blocks: blocks, Start: done[i], Tokens: seqs[i][done[i]:end], Logits: end - done[i],
-				Prompt: max(prompts[i]-done[i], 0)})
-			who = append(who, i)
-		}
-		logits, err := exec.Forward(batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := 0
-		for k, i := range who {
-			n := batch[k].Logits
-			out[i] = append(out[i], logits[r*V:(r+n)*V]...)
-			r += n
-			done[i] += n
-		}
-	}
-	return out
-}
-
 // TestCUDAPrefillBF16: prompt rows on BF16 activations through cuBLASLt.
 // A sequence's logits have the same bits alone and batched with others in
 // other chunks (prompt and generated rows mixed in one step); with no
@@ -87,9 +49,9 @@ func TestCUDAPrefillBF16(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fast.Close()
-	together := promptCase(t, fast, seqs, prompts, [][]int{{5, 7, 3}, {6, 7, 4}, {12, 7, 19}, {12, 7, 20}}, V)
+	together := stepsCase(t, fast, seqs, prompts, [][]int{{5, 7, 3}, {6, 7, 4}, {12, 7, 19}, {12, 7, 20}}, V)
 	for i, s := range seqs {
-		alone := promptCase(t, fast, seqs[i:i+1], prompts[i:i+1], [][]int{{len(s)}}, V)[0]
+		alone := stepsCase(t, fast, seqs[i:i+1], prompts[i:i+1], [][]int{{len(s)}}, V)[0]
 		if !sameBits(alone, together[i]) {
 			t.Errorf("sequence %d: BF16-prefill logits alone differ from batched (max |Δ| %.3g)", i, maxDiff(alone, together[i]))
 		}
@@ -101,13 +63,13 @@ func TestCUDAPrefillBF16(t *testing.T) {
 	defer exact.Close()
 	none, all := []int{0, 0, 0}, []int{12, 7, 20}
 	steps := [][]int{{3, 2, 8}, {12, 7, 20}}
-	a, b := promptCase(t, fast, seqs, none, steps, V), promptCase(t, exact, seqs, none, steps, V)
+	a, b := stepsCase(t, fast, seqs, none, steps, V), stepsCase(t, exact, seqs, none, steps, V)
 	for i := range seqs {
 		if !sameBits(a[i], b[i]) {
 			t.Errorf("sequence %d without prompt rows: the BF16-prefill executor differs from the float32 one (max |Δ| %.3g)", i, maxDiff(a[i], b[i]))
 		}
 	}
-	gpu := promptCase(t, fast, seqs, all, steps, V)
+	gpu := stepsCase(t, fast, seqs, all, steps, V)
 	refPool, err := refModel.NewKVPool(32, 4, kernels.KVBF16)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +78,7 @@ func TestCUDAPrefillBF16(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, f32 := promptCase(t, refPool, seqs, all, steps, V), promptCase(t, pool, seqs, all, steps, V)
+	ref, f32 := stepsCase(t, refPool, seqs, all, steps, V), stepsCase(t, pool, seqs, all, steps, V)
 	for i := range seqs {
 		var scale float64
 		for _, x := range ref[i] {

@@ -15,6 +15,21 @@ import (
 	"github.com/lowbit-ai/lowbit/runtime"
 )
 
+// gpuRequests returns six requests of 5 to 64 random prompt tokens, 8
+// generated, with prompt log-probabilities; every other one samples.
+func gpuRequests(seed uint64) []*Request {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var reqs []*Request
+	for i := range 6 {
+		r := &Request{Prompt: randomPrompt(rng, 5+rng.IntN(60)), MaxTokens: 8, PromptLogprobs: 2, Logprobs: 1}
+		if i%2 == 1 {
+			r.Sampling = runtime.SamplingOptions{Temperature: 1, TopK: 50, Seed: uint64(i)}
+		}
+		reqs = append(reqs, r)
+	}
+	return reqs
+}
+
 // TestCUDAEngine serves requests on the GPU executor: together they give
 // the same results as alone, bit for bit, and the CPU engine's prompt
 // log-probabilities within float32 summation-order differences. Skips
@@ -25,15 +40,7 @@ func TestCUDAEngine(t *testing.T) {
 	onGPU := func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
 		return runtime.NewCUDAExecutor(m, d, blocks, bs, dt)
 	}
-	rng := rand.New(rand.NewPCG(9, 9))
-	var reqs []*Request
-	for i := range 6 {
-		r := &Request{Prompt: randomPrompt(rng, 5+rng.IntN(60)), MaxTokens: 8, PromptLogprobs: 2, Logprobs: 1}
-		if i%2 == 1 {
-			r.Sampling = runtime.SamplingOptions{Temperature: 1, TopK: 50, Seed: uint64(i)}
-		}
-		reqs = append(reqs, r)
-	}
+	reqs := gpuRequests(9)
 	cfg := Config{KVCacheDType: "auto", NewExecutor: onGPU, MaxNumBatchedTokens: 40}
 	alone, together, _ := aloneAndTogether(t, m, cfg, cfg, reqs)
 	cpuCfg := cfg
@@ -149,15 +156,7 @@ func TestCUDAEnginePrefillBF16(t *testing.T) {
 	onGPU := func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
 		return runtime.NewCUDAExecutor(m, d, blocks, bs, dt, runtime.WithPrefillBF16())
 	}
-	rng := rand.New(rand.NewPCG(10, 10))
-	var reqs []*Request
-	for i := range 6 {
-		r := &Request{Prompt: randomPrompt(rng, 5+rng.IntN(60)), MaxTokens: 8, PromptLogprobs: 2, Logprobs: 1}
-		if i%2 == 1 {
-			r.Sampling = runtime.SamplingOptions{Temperature: 1, TopK: 50, Seed: uint64(i)}
-		}
-		reqs = append(reqs, r)
-	}
+	reqs := gpuRequests(10)
 	reqs = append(reqs, &Request{Prompt: slices.Clone(reqs[0].Prompt), MaxTokens: 12, PromptLogprobs: -1, Logprobs: 1})
 	cfg := Config{KVCacheDType: "auto", NewExecutor: onGPU, MaxNumBatchedTokens: 40, PromptNumerics: true}
 	alone, together, _ := aloneAndTogether(t, m, cfg, cfg, reqs)
