@@ -50,6 +50,12 @@ const flashMaxZ = 256
 // batch that would need more runs whole: slower, the same bits).
 const flashMaxPartials = 256 << 20
 
+// flashPipelined picks attention_mma.cu's _p kernels where they exist:
+// the next chunk's k and v copied while this one's are multiplied. The same
+// bits; off until timed on a GPU (BenchmarkKernels times both;
+// TestFlashPipelined runs the suite's attention cases on it).
+var flashPipelined = false
+
 // flashSplitTokens: batches of at most this many tokens split their
 // chunks over blocks (decode steps); larger ones have blocks enough.
 const flashSplitTokens = 128
@@ -189,17 +195,24 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 		if pl.Split {
 			mode, z = "split", pl.Z
 		}
-		shmem := (pl.Warps*3*16 + 2*terms*flashChunk) * (p.HeadDim + 8) * 2
+		// Pipelined copies (_p) where the variant exists: a BF16 cache,
+		// head dims 64 and 128.
+		pipe, kvBufs := "", 1
+		if flashPipelined && terms == 1 && (p.HeadDim == 64 || p.HeadDim == 128) {
+			pipe, kvBufs = "_p", 2
+		}
 		name := fmt.Sprintf("lb_flash_d%d_k%d_%s", p.HeadDim, terms, mode)
 		// The BF16 blocks first (the _q1 kernel), then the others.
 		for _, part := range []struct {
 			suffix      string
+			qterms      int
 			first, last int
-		}{{"_q1", 0, pl.BF16Work}, {"", pl.BF16Work, len(pl.Work) / 2}} {
+		}{{"_q1", 1, 0, pl.BF16Work}, {"", 3, pl.BF16Work, len(pl.Work) / 2}} {
 			if part.last == part.first {
 				continue
 			}
-			if err := k.d.launch(name+part.suffix, [3]int{part.last - part.first, p.KVHeads, z}, [3]int{32 * pl.Warps, 1, 1}, shmem,
+			shmem := (pl.Warps*part.qterms*16 + kvBufs*2*terms*flashChunk) * (p.HeadDim + 8) * 2
+			if err := k.d.launch(name+part.suffix+pipe, [3]int{part.last - part.first, p.KVHeads, z}, [3]int{32 * pl.Warps, 1, 1}, shmem,
 				ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)),
 				f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
 				ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), ptrArg(b.Work.Slice(8*part.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H),

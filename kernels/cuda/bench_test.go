@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -188,16 +189,25 @@ func BenchmarkKernels(b *testing.B) {
 		}
 		return timeGraph(b, func(k *K) error { return k.AttentionBatch(out, q, p, bt, T, H, 0.088) }, bytes)
 	}
-	for _, ctx := range []int{1024, 8192} {
-		b.Run(fmt.Sprintf("attention-decode/ctx=%d", ctx), func(b *testing.B) { attention(b, 1, ctx, 0) })
+	// Each beside its pipelined variant (_p, flashPipelined: the same bits,
+	// TestFlashPipelined).
+	defer func(v bool) { flashPipelined = v }(flashPipelined)
+	for _, pipe := range []bool{false, true} {
+		flashPipelined = pipe
+		suffix := map[bool]string{true: "-pipelined"}[pipe]
+		for _, ctx := range []int{1024, 8192} {
+			b.Run(fmt.Sprintf("attention-decode%s/ctx=%d", suffix, ctx), func(b *testing.B) { attention(b, 1, ctx, 0) })
+		}
 	}
 	// Prefill: q and P in three BF16 terms, and as one (the BF16 prefill).
 	for _, c := range []struct {
 		name string
 		T    int
 		bf16 bool
-	}{{"", 1024, false}, {"", 8192, false}, {"-bf16", 1024, true}, {"-bf16", 8192, true}} {
+	}{{"", 1024, false}, {"", 8192, false}, {"-bf16", 1024, true}, {"-bf16", 8192, true},
+		{"-pipelined", 1024, false}, {"-pipelined", 8192, false}, {"-bf16-pipelined", 1024, true}, {"-bf16-pipelined", 8192, true}} {
 		T := c.T
+		flashPipelined = strings.HasSuffix(c.name, "pipelined")
 		b.Run(fmt.Sprintf("attention-prefill%s/T=%d", c.name, T), func(b *testing.B) {
 			per := attention(b, T, T, map[bool]int{true: T}[c.bf16])
 			tf := 4 * float64(H*Dh) * float64(T) * float64(T+1) / 2 / per / 1e12

@@ -29,10 +29,10 @@
 // G query heads of KV head blockIdx.y (G = H / KVH), row r = token r / G,
 // head r % G. work[2b], work[2b + 1] are block b's first token and token
 // count (one sequence, consecutive positions); its warp w takes tokens
-// w·16/G onwards. Shared memory: q terms [warps][3][16][Dh + 8], then k and
-// v terms [KT][FA_CHUNK][Dh + 8] each (rows padded by 16 bytes so that
-// ldmatrix's 8 rows fall in different banks); KT is 1 for a BF16 cache, 3
-// otherwise.
+// w·16/G onwards. Shared memory: q terms [warps][QT][16][Dh + 8], then k
+// and v terms [KT][FA_CHUNK][Dh + 8] each, two of each with PIPE (rows
+// padded by 16 bytes so that ldmatrix's 8 rows fall in different banks);
+// KT is 1 for a BF16 cache, 3 otherwise; QT is 3, or 1 for _q1.
 //
 // Two modes. Whole (gridDim.z = 1): a block runs every chunk of its tokens
 // in order, its warps sharing each chunk's k and v, folds in registers and
@@ -56,6 +56,37 @@ __device__ __forceinline__ float fa_mix(float X, float a, float x, float b) {
 	return __fadd_rn(__fmul_rn(X, a), __fmul_rn(x, b));
 }
 
+// fa_copy starts copying the BF16 cache rows rows[j] (−1: zeros) into
+// shared memory by cp.async (uncommitted: the caller commits and waits).
+template <int DH>
+__device__ __forceinline__ void fa_copy(u16 *ks, u16 *vs, const u8 *kp, const u8 *vp, const i64 *rows) {
+	constexpr int LD = DH + 8, U = DH / 8;
+	for (int i = threadIdx.x; i < FA_CHUNK * U; i += blockDim.x) {
+		int j = i / U, u = i % U;
+		u16 *kd = ks + j * LD + u * 8, *vd = vs + j * LD + u * 8;
+		if (rows[j] >= 0) {
+			i64 off = (rows[j] + u * 8) * 2;
+			cp_async16(kd, kp + off);
+			cp_async16(vd, vp + off);
+		} else {
+			uint4 z;
+			z.x = z.y = z.z = z.w = 0u;
+			*(uint4 *)kd = z;
+			*(uint4 *)vd = z;
+		}
+	}
+}
+
+// fa_rows looks up the pool rows of chunk positions p0 .. p0 + FA_CHUNK − 1
+// of KV head kh (−1 past pmax: a table entry past the sequence may be
+// anything), all table reads in flight together.
+__device__ __forceinline__ void fa_rows(i64 *rows, const int *blocks, int bs, int KVH, int kh, int DH, int p0, int pmax) {
+	for (int j = threadIdx.x; j < FA_CHUNK; j += blockDim.x) {
+		int p = p0 + j;
+		rows[j] = p <= pmax ? (kv_row(blocks, bs, p) * KVH + kh) * DH : -1;
+	}
+}
+
 // fa_load puts chunk positions p0 .. p0 + FA_CHUNK − 1 of KV head kh into
 // shared memory as terms, zeros past pmax (never read from the cache: a
 // table entry past the sequence may be anything).
@@ -64,29 +95,11 @@ __device__ __forceinline__ void fa_load(u16 *ks, u16 *vs, const u8 *kp, const u8
                                         float vscale, const int *blocks, int bs, int KVH, int kh, int p0, int pmax,
                                         i64 *rows) {
 	constexpr int LD = DH + 8;
-	// Each position's pool row once, all table reads in flight together
-	// (not one table read's latency a copy).
-	for (int j = threadIdx.x; j < FA_CHUNK; j += blockDim.x) {
-		int p = p0 + j;
-		rows[j] = p <= pmax ? (kv_row(blocks, bs, p) * KVH + kh) * DH : -1;
-	}
+	// Each position's pool row once (not one table read's latency a copy).
+	fa_rows(rows, blocks, bs, KVH, kh, DH, p0, pmax);
 	__syncthreads();
 	if (KT == 1) { // BF16 rows copied as they are
-		constexpr int U = DH / 8;
-		for (int i = threadIdx.x; i < FA_CHUNK * U; i += blockDim.x) {
-			int j = i / U, u = i % U;
-			u16 *kd = ks + j * LD + u * 8, *vd = vs + j * LD + u * 8;
-			if (rows[j] >= 0) {
-				i64 off = (rows[j] + u * 8) * 2;
-				cp_async16(kd, kp + off);
-				cp_async16(vd, vp + off);
-			} else {
-				uint4 z;
-				z.x = z.y = z.z = z.w = 0u;
-				*(uint4 *)kd = z;
-				*(uint4 *)vd = z;
-			}
-		}
+		fa_copy<DH>(ks, vs, kp, vp, rows);
 		cp_async_commit();
 		cp_async_wait0();
 		return;
@@ -118,7 +131,7 @@ __device__ __forceinline__ uint4 fa_frag(const u32 *r) {
 	return a;
 }
 
-template <int DH, int KT, int QT, bool SPLIT>
+template <int DH, int KT, int QT, bool SPLIT, bool PIPE>
 __device__ __forceinline__ void fa_run(float *out, float *partials, const float *q, const u8 *kp, const u8 *vp,
                                        int dtype, float kscale, float vscale, const int *tables, int stride,
                                        const int *seq, const int *pos, const int *part_off, const int *work, int bs,
@@ -128,12 +141,15 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 	// or KT terms are skipped.
 	const int at[6] = {0, 1, 2, 0, 1, 0}, bt[6] = {0, 0, 0, 1, 1, 2};
 	extern __shared__ uint4 fa_smem[];
-	__shared__ i64 rows[FA_CHUNK];
+	__shared__ i64 rows[PIPE ? 2 : 1][FA_CHUNK];
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, qd = lane & 3;
 	int kh = blockIdx.y, G = H / KVH, R = 16 / G;
 	int t0 = work[2 * blockIdx.x], n = work[2 * blockIdx.x + 1];
-	u16 *qs = (u16 *)fa_smem + w * 3 * 16 * LD;
-	u16 *ks = (u16 *)fa_smem + W * 3 * 16 * LD, *vs = ks + KT * FA_CHUNK * LD;
+	// q's QT terms a warp, then the chunk's k and v (two of each with PIPE:
+	// the next chunk's copy runs while this one's is multiplied).
+	constexpr int KV = KT * FA_CHUNK * LD; // one k or v chunk, in u16
+	u16 *qs = (u16 *)fa_smem + w * QT * 16 * LD;
+	u16 *ks0 = (u16 *)fa_smem + W * QT * 16 * LD;
 	const int *blocks = tables ? tables + (i64)seq[t0] * stride : 0;
 	int pmax = pos[t0 + n - 1];
 	int wt = t0 + w * R, wn = min(R, n - w * R);
@@ -158,7 +174,7 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 		u32 tm[3];
 		mma_terms(a, b, &tm[0], &tm[1], &tm[2]);
 #pragma unroll
-		for (int m = 0; m < 3; m++) *(u32 *)(qs + (m * 16 + r) * LD + d) = tm[m];
+		for (int m = 0; m < QT; m++) *(u32 *)(qs + (m * 16 + r) * LD + d) = tm[m];
 	}
 	__syncwarp();
 	const float ninf = -__int_as_float(0x7f800000);
@@ -168,10 +184,34 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 		for (int nn = 0; nn < (SPLIT ? 1 : NT); nn++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) oacc[nn][e] = 0.0f;
-	for (int c = SPLIT ? blockIdx.z : 0; c * FA_CHUNK <= pmax; c += SPLIT ? gridDim.z : 1) {
-		__syncthreads(); // every warp is done with the previous chunk
-		fa_load<DH, KT>(ks, vs, kp, vp, dtype, kscale, vscale, blocks, bs, KVH, kh, c * FA_CHUNK, pmax, rows);
+	const int step = SPLIT ? gridDim.z : 1;
+	if (PIPE && (SPLIT ? blockIdx.z : 0) * FA_CHUNK <= pmax) {
+		fa_rows(rows[0], blocks, bs, KVH, kh, DH, (SPLIT ? blockIdx.z : 0) * FA_CHUNK, pmax);
 		__syncthreads();
+		fa_copy<DH>(ks0, ks0 + 2 * KV, kp, vp, rows[0]);
+		cp_async_commit();
+	}
+	for (int c = SPLIT ? blockIdx.z : 0, it = 0; c * FA_CHUNK <= pmax; c += step, it++) {
+		u16 *ks = ks0, *vs = ks0 + (PIPE ? 2 : 1) * KV;
+		if (PIPE) {
+			// Chunk c's copy was started the round before; start the
+			// next's into the other buffers, then wait for c's alone.
+			int b = it & 1, cn = c + step;
+			ks += b * KV, vs += b * KV;
+			__syncthreads(); // every warp is done with the buffers and rows of chunk c − step
+			if (cn * FA_CHUNK <= pmax) {
+				fa_rows(rows[b ^ 1], blocks, bs, KVH, kh, DH, cn * FA_CHUNK, pmax);
+				__syncthreads();
+				fa_copy<DH>(ks0 + (b ^ 1) * KV, ks0 + (2 + (b ^ 1)) * KV, kp, vp, rows[b ^ 1]);
+			}
+			cp_async_commit();
+			cp_async_wait1();
+			__syncthreads();
+		} else {
+			__syncthreads(); // every warp is done with the previous chunk
+			fa_load<DH, KT>(ks, vs, kp, vp, dtype, kscale, vscale, blocks, bs, KVH, kh, c * FA_CHUNK, pmax, rows[0]);
+			__syncthreads();
+		}
 		if (wpmax < c * FA_CHUNK) continue;
 		float s[8][4];
 #pragma unroll
@@ -356,37 +396,46 @@ extern "C" __global__ void lb_flash_merge(float *out, const float *partials, con
 #define FA_ARGS                                                                                                      \
 	out, partials, q, kp, vp, dtype, kscale, vscale, tables, stride, seq, pos, part_off, work, bs, H, KVH, scale
 
-// lb_flash_d<head dim>_k<k and v terms>_<mode>[_q1]: blocks of up to 4
-// warps; _q1: q and P as one BF16 term.
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole(FA_PARAMS) { fa_run<16, 1, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split(FA_PARAMS) { fa_run<16, 1, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole_q1(FA_PARAMS) { fa_run<16, 1, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split_q1(FA_PARAMS) { fa_run<16, 1, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole(FA_PARAMS) { fa_run<16, 3, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split(FA_PARAMS) { fa_run<16, 3, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole_q1(FA_PARAMS) { fa_run<16, 3, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split_q1(FA_PARAMS) { fa_run<16, 3, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole(FA_PARAMS) { fa_run<32, 1, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split(FA_PARAMS) { fa_run<32, 1, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole_q1(FA_PARAMS) { fa_run<32, 1, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split_q1(FA_PARAMS) { fa_run<32, 1, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole(FA_PARAMS) { fa_run<32, 3, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split(FA_PARAMS) { fa_run<32, 3, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole_q1(FA_PARAMS) { fa_run<32, 3, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split_q1(FA_PARAMS) { fa_run<32, 3, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole(FA_PARAMS) { fa_run<64, 1, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split(FA_PARAMS) { fa_run<64, 1, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_q1(FA_PARAMS) { fa_run<64, 1, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_q1(FA_PARAMS) { fa_run<64, 1, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole(FA_PARAMS) { fa_run<64, 3, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split(FA_PARAMS) { fa_run<64, 3, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole_q1(FA_PARAMS) { fa_run<64, 3, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split_q1(FA_PARAMS) { fa_run<64, 3, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole(FA_PARAMS) { fa_run<128, 1, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split(FA_PARAMS) { fa_run<128, 1, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_q1(FA_PARAMS) { fa_run<128, 1, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_q1(FA_PARAMS) { fa_run<128, 1, 1, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole(FA_PARAMS) { fa_run<128, 3, 3, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split(FA_PARAMS) { fa_run<128, 3, 3, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole_q1(FA_PARAMS) { fa_run<128, 3, 1, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split_q1(FA_PARAMS) { fa_run<128, 3, 1, true>(FA_ARGS); }
+// lb_flash_d<head dim>_k<k and v terms>_<mode>[_q1][_p]: blocks of up to 4
+// warps; _q1: q and P as one BF16 term; _p: a BF16 cache's next chunk
+// copied while this one is multiplied (the same bits).
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole(FA_PARAMS) { fa_run<16, 1, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split(FA_PARAMS) { fa_run<16, 1, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole_q1(FA_PARAMS) { fa_run<16, 1, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split_q1(FA_PARAMS) { fa_run<16, 1, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole(FA_PARAMS) { fa_run<16, 3, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split(FA_PARAMS) { fa_run<16, 3, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole_q1(FA_PARAMS) { fa_run<16, 3, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split_q1(FA_PARAMS) { fa_run<16, 3, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole(FA_PARAMS) { fa_run<32, 1, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split(FA_PARAMS) { fa_run<32, 1, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole_q1(FA_PARAMS) { fa_run<32, 1, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split_q1(FA_PARAMS) { fa_run<32, 1, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole(FA_PARAMS) { fa_run<32, 3, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split(FA_PARAMS) { fa_run<32, 3, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole_q1(FA_PARAMS) { fa_run<32, 3, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split_q1(FA_PARAMS) { fa_run<32, 3, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole(FA_PARAMS) { fa_run<64, 1, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split(FA_PARAMS) { fa_run<64, 1, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_q1(FA_PARAMS) { fa_run<64, 1, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_q1(FA_PARAMS) { fa_run<64, 1, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole(FA_PARAMS) { fa_run<64, 3, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split(FA_PARAMS) { fa_run<64, 3, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole_q1(FA_PARAMS) { fa_run<64, 3, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split_q1(FA_PARAMS) { fa_run<64, 3, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole(FA_PARAMS) { fa_run<128, 1, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split(FA_PARAMS) { fa_run<128, 1, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_q1(FA_PARAMS) { fa_run<128, 1, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_q1(FA_PARAMS) { fa_run<128, 1, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole(FA_PARAMS) { fa_run<128, 3, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split(FA_PARAMS) { fa_run<128, 3, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole_q1(FA_PARAMS) { fa_run<128, 3, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split_q1(FA_PARAMS) { fa_run<128, 3, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_p(FA_PARAMS) { fa_run<64, 1, 3, false, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_p(FA_PARAMS) { fa_run<64, 1, 3, true, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_q1_p(FA_PARAMS) { fa_run<64, 1, 1, false, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_q1_p(FA_PARAMS) { fa_run<64, 1, 1, true, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_p(FA_PARAMS) { fa_run<128, 1, 3, false, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_p(FA_PARAMS) { fa_run<128, 1, 3, true, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_q1_p(FA_PARAMS) { fa_run<128, 1, 1, false, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_q1_p(FA_PARAMS) { fa_run<128, 1, 1, true, true>(FA_ARGS); }
