@@ -211,7 +211,11 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 			if part.last == part.first {
 				continue
 			}
-			shmem := (pl.Warps*part.qterms*16 + kvBufs*2*terms*flashChunk) * (p.HeadDim + 8) * 2
+			qterms := 3 // the default kernels stage all three
+			if pipe != "" {
+				qterms = part.qterms
+			}
+			shmem := (pl.Warps*qterms*16 + kvBufs*2*terms*flashChunk) * (p.HeadDim + 8) * 2
 			if err := k.d.launch(name+part.suffix+pipe, [3]int{part.last - part.first, p.KVHeads, z}, [3]int{32 * pl.Warps, 1, 1}, shmem,
 				ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)),
 				f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),

@@ -29,10 +29,11 @@
 // G query heads of KV head blockIdx.y (G = H / KVH), row r = token r / G,
 // head r % G. work[2b], work[2b + 1] are block b's first token and token
 // count (one sequence, consecutive positions); its warp w takes tokens
-// w·16/G onwards. Shared memory: q terms [warps][QT][16][Dh + 8], then k
-// and v terms [KT][FA_CHUNK][Dh + 8] each, two of each with PIPE (rows
-// padded by 16 bytes so that ldmatrix's 8 rows fall in different banks);
-// KT is 1 for a BF16 cache, 3 otherwise; QT is 3, or 1 for _q1.
+// w·16/G onwards. Shared memory: q terms [warps][3][16][Dh + 8] (with PIPE
+// [warps][QT], QT 3, or 1 for _q1), then k and v terms [KT][FA_CHUNK]
+// [Dh + 8] each, two of each with PIPE (rows padded by 16 bytes so that
+// ldmatrix's 8 rows fall in different banks); KT is 1 for a BF16 cache, 3
+// otherwise.
 //
 // Two modes. Whole (gridDim.z = 1): a block runs every chunk of its tokens
 // in order, its warps sharing each chunk's k and v, folds in registers and
@@ -145,11 +146,12 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, W = blockDim.x >> 5, g = lane >> 2, qd = lane & 3;
 	int kh = blockIdx.y, G = H / KVH, R = 16 / G;
 	int t0 = work[2 * blockIdx.x], n = work[2 * blockIdx.x + 1];
-	// q's QT terms a warp, then the chunk's k and v (two of each with PIPE:
-	// the next chunk's copy runs while this one's is multiplied).
-	constexpr int KV = KT * FA_CHUNK * LD; // one k or v chunk, in u16
-	u16 *qs = (u16 *)fa_smem + w * QT * 16 * LD;
-	u16 *ks0 = (u16 *)fa_smem + W * QT * 16 * LD;
+	// q's terms a warp (QS: all three, or with PIPE only the QT it reads),
+	// then the chunk's k and v (two of each with PIPE: the next chunk's copy
+	// runs while this one's is multiplied).
+	constexpr int KV = KT * FA_CHUNK * LD, QS = PIPE ? QT : 3; // KV: one k or v chunk, in u16
+	u16 *qs = (u16 *)fa_smem + w * QS * 16 * LD;
+	u16 *ks0 = (u16 *)fa_smem + W * QS * 16 * LD;
 	const int *blocks = tables ? tables + (i64)seq[t0] * stride : 0;
 	int pmax = pos[t0 + n - 1];
 	int wt = t0 + w * R, wn = min(R, n - w * R);
@@ -174,7 +176,7 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 		u32 tm[3];
 		mma_terms(a, b, &tm[0], &tm[1], &tm[2]);
 #pragma unroll
-		for (int m = 0; m < QT; m++) *(u32 *)(qs + (m * 16 + r) * LD + d) = tm[m];
+		for (int m = 0; m < QS; m++) *(u32 *)(qs + (m * 16 + r) * LD + d) = tm[m];
 	}
 	__syncwarp();
 	const float ninf = -__int_as_float(0x7f800000);
