@@ -1,13 +1,20 @@
 //go:build cgo
 
 // attention.c: causal grouped-query attention of T new tokens over a
-// sequence's KV cache, contiguous or paged, two-pass softmax in float32.
+// sequence's KV cache, contiguous or paged, in float32, the context cut into
+// chunks of LB_ATT_CHUNK positions at fixed positions.
 //
 // Computes, for each new token t (position p = start + t) and query head h,
-// reading KV head kh = h / (H / KVH):
-//   s[j]  = (q[t,h,:] · k[j,kh,:]) · scale        for j = 0..p
-//   m     = max_j s[j];  e[j] = expf(s[j] − m);  sum = Σ_j e[j]   (float32, j in order)
-//   out[t,h,:] = (Σ_j e[j] · v[j,kh,:]) / sum      (float32, j in order)
+// reading KV head kh = h / (H / KVH), with s_j = (q[t,h,:] · k[j,kh,:]) · scale:
+//   chunk c = positions 64c .. min(64c + 63, p), for c = 0 .. p / 64:
+//     m_c = max_j s_j;  P_j = expf(s_j − m_c);  l_c = Σ_j P_j;  o_c = Σ_j P_j · v[j,kh,:]
+//     (float32, j in order);
+//   fold in order: (M, L, O) = chunk 0's; for c > 0, M' = max(M, m_c),
+//     a = expf(M − M'), b = expf(m_c − M'), L = L·a + l_c·b, O = O·a + o_c·b
+//     (each product and sum rounded, no fused multiply-add); out = O / L.
+// This is kernels/cuda's contract (cu/attention_mma.cu), with this file's
+// own dot products and expf. A context of up to 64 positions is one chunk:
+// the two-pass softmax of one max, one sum and one division.
 //
 // Layout: q, out [T, H, Dh]. The cache is two pools of rows [KVH, Dh] of
 // float32, BF16 or E4M3 (lb_kv_dtype); position j is pool row
@@ -16,27 +23,36 @@
 // E4M3 rows are decoded to float32 (E4M3 times the pool's scale, one
 // float32 product, as kernels.KVCache.Load) into a per-thread row before the
 // dot product or the accumulation, so a cache's dtype changes its values,
-// never the order of the sums.
+// never the order of the sums. A partial (o_c, m_c, l_c) is a record of ps
+// floats: o_c [Dh], m_c, l_c, padded to 16 floats.
 //
-// Variants: the q·k dot product and the e·v accumulation per code path:
+// Variants: the q·k dot product and the P·v accumulation per code path:
 // _avx512 (16 lanes, FMA, masked tail), _avx2 (8 lanes, FMA), _generic
 // (8 scalar lanes, multiply then add). The dot product sums lane i mod L in
 // order of i and then the lanes pairwise, so it depends only on Dh; four
 // positions' dot products run side by side (their FMA chains overlap, each
-// in its own order). _avx512 keeps a head's e·v accumulator in registers
-// for Dh = 64, 128 and 256 (the same FMAs as the in-memory loop).
+// in its own order). The fold is plain C, the same on every path.
 //
-// Tasks: a task takes consecutive query heads of one token, the heads of
-// as many KV heads as still leave LB_ATT_TASKS tasks per thread (or part of
-// one KV head's), so each key row is read once for all its heads and the
-// task streams a contiguous span of every cache row; rows LB_ATT_PREFETCH
-// positions ahead are prefetched (kv_prefetch). Scores and decoded rows
-// live in per-thread scratch. A (t, h) result depends only on q[t,h] and
-// the cache up to p, so it is the same whatever T, start split, block
-// table, batch, grouping or thread count produced it. Measured on the
-// 2-core Xeon VM, 28 layers of a Qwen3-0.6B float32 cache at 288
-// positions, one decode step: 14-17 GB/s of cache before (a task per head,
-// no prefetch), 23 GB/s after.
+// Tasks: one chunk of one token is computed by att_chunk for the query
+// heads of nkv consecutive KV heads, which reads that chunk's rows position
+// by position: with nkv = KVH, whole rows, a contiguous stream the hardware
+// prefetchers follow (one KV head's rows, 4 KiB apart at Qwen3's shapes,
+// they do not follow, nor did software prefetching make that fast). Two
+// modes. Whole (T at least LB_ATT_TASKS a thread, prefill): a task is one
+// token's query heads, all KV heads, every chunk in order, folded as it
+// goes. Split (fewer tokens, decode): a task is one chunk of one token for
+// nkv KV heads, as many as leave LB_ATT_TASKS tasks a thread; it writes its
+// partials to scratch, and a second pass folds each (t, h)'s chunks in
+// order. A chunk's partial is the same bits in either mode, and the fold
+// the same operations in the same order, so a (t, h) result depends only
+// on q[t,h] and the cache up to p: not on T, start split, block table,
+// batch, mode, grouping or thread count. The value pass adds up to four
+// positions into a head's accumulator per load and store of it (axpy4),
+// the same FMAs in the same order as one position at a time. Measured on
+// the 2-core Xeon VM (BenchmarkAttentionDecode: Qwen3-0.6B's decode at 272
+// positions, float32 cache from memory): 158 µs a call (14 GB/s) with a
+// task per KV head before, 116 µs (19 GB/s) now, against about 105 µs for
+// the same tasks only reading the rows.
 //
 // Tested by TestAttention (prefill and decode, GQA, against float64 loops),
 // TestBatchInvariance and kerneltest (Attention and PagedAttention, every
@@ -46,9 +62,18 @@
 
 #include "internal.h"
 
-// Positions ahead whose key or value rows a task prefetches.
-#define LB_ATT_PREFETCH 8
-// Tasks per thread an attention is split into, at least, where it can be.
+// Positions a chunk spans, at multiples of it from position 0: the fold's
+// structure, shared with kernels/cuda (FA_CHUNK).
+#define LB_ATT_CHUNK 64
+// Positions ahead whose rows a task prefetches, and how many of their
+// first cache lines (into L2): the hardware prefetchers stream the rest of
+// a row, contiguous, but do not cross into the next 4 KiB page, which at
+// Qwen3-0.6B's shape (8 KV heads of 128 float32) is the next position's
+// row. Prefetching every line into L1 instead was 40% slower: the
+// prefetches queued for the line fill buffers.
+#define LB_ATT_PREFETCH 3
+#define LB_ATT_PREFETCH_LINES 8
+// Tasks per thread the whole mode needs, at least, to be chosen.
 #define LB_ATT_TASKS 4
 
 typedef struct att_job {
@@ -57,13 +82,15 @@ typedef struct att_job {
 	const uint8_t *k, *v;
 	int dtype;
 	float kscale, vscale;
-	const int32_t *blocks; // NULL: contiguous
-	int64_t bs;
-	int64_t T, start, H, KVH, Dh, ctx;
+	int64_t T, start, H, KVH, Dh;
 	float scale;
-	int64_t group;  // query heads per task: a divisor or a multiple of H / KVH, dividing H
+	int64_t nkv;         // KV heads a task takes, a divisor of KVH
+	int64_t ps;          // floats of a partial record: o [Dh], m, l, padded
 	const int64_t *rows; // [ctx]: the pool row of each position
-	float *scratch; // per thread: scores [group][ctx], 4 decoded rows [Dh], max and sum [group]
+	const int64_t *off;  // split mode: [T + 1], token t's chunks are off[t] .. off[t+1]-1
+	const int32_t *tok;  // split mode: [off[T]], the token of each chunk
+	float *part;         // split mode: [off[T]][H] partial records
+	float *scratch;      // per thread: scores [nh][LB_ATT_CHUNK], 4 decoded rows [Dh], 2 records [nh]
 	int64_t scratch_stride;
 } att_job;
 
@@ -111,87 +138,135 @@ static inline const float *kv_row(const att_job *j, const uint8_t *pool, float s
 
 // A path supplies dot4, four dot products of a with rows b[0..3], each
 // reduced exactly like one dot product alone (the four chains only
-// overlap), and vsum, which accumulates o = Σ_i e[i]·v_i in order of i for
-// one head from rows the caller decodes, starting from zero.
+// overlap), and axpy4, y += a[r]·x[r] for r = 0..nb-1 in order, element
+// by element: one load and store of y for up to four positions' FMAs, the
+// same operations as nb axpys one after the other.
 typedef void (*dot4_fn)(const float *a, const float *const b[4], int64_t n, float out[4]);
-typedef void (*axpy_fn)(float *y, float a, const float *x, int64_t n);
-typedef void (*vsum_fn)(const struct att_job *j, const uint8_t *pool, float sc, int64_t n, int64_t kh,
-                        const float *e, float *o, float *buf, int prefetch);
+typedef void (*axpy_fn)(float *y, const float *a, const float *const x[4], int64_t nb, int64_t n);
 
-// kv_prefetch asks for position i's rows of KV heads kh..kh+nkv-1 (one
-// contiguous span), when i < n. One head's rows are KVH·Dh elements apart,
-// a 4 KiB page at Qwen3's shapes: a stride the hardware prefetchers do not
-// follow.
+// kv_prefetch asks for the first LB_ATT_PREFETCH_LINES lines of position
+// i's rows of KV heads kh..kh+nkv-1 (one contiguous span), when i < n.
 LB_INLINE void kv_prefetch(const att_job *j, const uint8_t *pool, int64_t i, int64_t n, int64_t kh, int64_t nkv) {
 	if (i >= n) return;
 	int64_t es = j->dtype == LB_KV_F32 ? 4 : j->dtype == LB_KV_BF16 ? 2 : 1;
 	const uint8_t *p = pool + (j->rows[i] * j->KVH + kh) * j->Dh * es;
 	int64_t bytes = nkv * j->Dh * es;
-	for (int64_t b = 0; b < bytes; b += 64) lb_prefetch(p + b);
-	lb_prefetch(p + bytes - 1);
+	for (int64_t b = 0; b < LB_ATT_PREFETCH_LINES * 64 && b < bytes; b += 64) lb_prefetch_l2(p + b);
 }
 
-// vsum_plain is vsum through an axpy per position, in memory.
-LB_INLINE void vsum_plain(const att_job *j, const uint8_t *pool, float sc, int64_t n, int64_t kh, const float *e,
-                          float *o, float *buf, int prefetch, axpy_fn axpy) {
-	memset(o, 0, (size_t)j->Dh * sizeof *o);
-	for (int64_t i = 0; i < n; i++) {
-		if (prefetch) kv_prefetch(j, pool, i + LB_ATT_PREFETCH, n, kh, 1);
-		axpy(o, e[i], kv_row(j, pool, sc, i, kh, buf), j->Dh);
-	}
-}
-
-// att_heads computes query heads h0..h0+nh-1 of one token, which read KV
-// heads h0/G..(h0+nh-1)/G (G = H/KVH query heads per KV head): each key row
-// is read (and decoded) once for all the task's heads that use it, and
-// value rows come from cache for all but the first head that reads them.
-// Every head's scores, max, sum and accumulation run in the same order as
-// for a head alone, so grouping changes no result.
-LB_INLINE void att_heads(const att_job *j, int64_t task, int tid, dot4_fn dot4, vsum_fn vsum) {
-	const int64_t nh = j->group, G = j->H / j->KVH, ctx = j->ctx, Dh = j->Dh;
-	int64_t t = task / (j->H / nh), h0 = (task % (j->H / nh)) * nh, p = j->start + t, n = p + 1;
-	int64_t kh0 = h0 / G, nkv = (h0 + nh - 1) / G - kh0 + 1;
-	float *s = j->scratch + (int64_t)tid * j->scratch_stride, *buf = s + nh * ctx, *m = buf + 4 * Dh, *sum = m + nh;
-	const float *q = j->q + (t * j->H + h0) * Dh;
-	for (int64_t g = 0; g < nh; g++) m[g] = -INFINITY;
-	for (int64_t i = 0; i < LB_ATT_PREFETCH; i++) kv_prefetch(j, j->k, i, n, kh0, nkv);
-	for (int64_t i = 0; i < n; i += 4) {
-		int64_t nb = n - i < 4 ? n - i : 4;
-		for (int64_t r = 0; r < 4; r++) kv_prefetch(j, j->k, i + r + LB_ATT_PREFETCH, n, kh0, nkv);
-		for (int64_t g = 0; g < nh;) {
-			int64_t kh = (h0 + g) / G, ge = (kh + 1) * G - h0 < nh ? (kh + 1) * G - h0 : nh;
+// att_chunk computes chunk c of token t for the query heads of KV heads
+// kh0..kh0+nkv-1 (nh = nkv·G of them, from kh0·G): record g of r (ps
+// floats apart) gets o_c, m_c and l_c of head kh0·G + g. Each key and value
+// row is read (and decoded) once for all the heads that use it, positions
+// in order; every head's scores, max, sum and accumulation run in the same
+// order as for a head alone, so nkv changes no result.
+LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, float *r, float *ws, dot4_fn dot4,
+                         axpy_fn axpy) {
+	const int64_t G = j->H / j->KVH, nkv = j->nkv, nh = nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
+	const int64_t j0 = c * CH, e = j->start + t + 1 - j0 < CH ? j->start + t + 1 : j0 + CH;
+	float *s = ws, *buf = s + nh * CH;
+	const float *q = j->q + (t * j->H + kh0 * G) * Dh;
+	for (int64_t g = 0; g < nh; g++) r[g * ps + Dh] = -INFINITY;
+	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->k, i, e, kh0, nkv);
+	for (int64_t i = j0; i < e; i += 4) {
+		int64_t nb = e - i < 4 ? e - i : 4;
+		for (int64_t x = 0; x < 4; x++) kv_prefetch(j, j->k, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
+		for (int64_t kk = 0; kk < nkv; kk++) {
 			const float *rows[4];
-			for (int64_t r = 0; r < 4; r++) rows[r] = r < nb ? kv_row(j, j->k, j->kscale, i + r, kh, buf + r * Dh) : rows[0];
-			for (; g < ge; g++) {
-				float d[4];
+			for (int64_t x = 0; x < 4; x++)
+				rows[x] = x < nb ? kv_row(j, j->k, j->kscale, i + x, kh0 + kk, buf + x * Dh) : rows[0];
+			for (int64_t g = kk * G; g < (kk + 1) * G; g++) {
+				float d[4], *m = r + g * ps + Dh;
 				dot4(q + g * Dh, rows, Dh, d);
-				for (int64_t r = 0; r < nb; r++) {
-					float v = d[r] * j->scale;
-					s[g * ctx + i + r] = v;
-					m[g] = v > m[g] ? v : m[g];
+				for (int64_t x = 0; x < nb; x++) {
+					float v = d[x] * j->scale;
+					s[g * CH + i - j0 + x] = v;
+					*m = v > *m ? v : *m;
 				}
 			}
 		}
 	}
 	for (int64_t g = 0; g < nh; g++) {
-		float *sg = s + g * ctx, mg = m[g], acc = 0;
-		for (int64_t i = 0; i < n; i++) {
+		float *sg = s + g * CH, mg = r[g * ps + Dh], acc = 0;
+		for (int64_t i = 0; i < e - j0; i++) {
 			sg[i] = expf(sg[i] - mg);
 			acc += sg[i];
 		}
-		sum[g] = acc;
+		r[g * ps + Dh + 1] = acc;
+		memset(r + g * ps, 0, (size_t)Dh * sizeof *r);
 	}
-	float *o = j->out + (t * j->H + h0) * Dh;
-	for (int64_t g = 0; g < nh; g++) {
-		int64_t kh = (h0 + g) / G;
-		int first = g == 0 || (h0 + g) % G == 0;
-		if (first)
-			for (int64_t i = 0; i < LB_ATT_PREFETCH; i++) kv_prefetch(j, j->v, i, n, kh, 1);
-		vsum(j, j->v, j->vscale, n, kh, s + g * ctx, o + g * Dh, buf, first);
+	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->v, i, e, kh0, nkv);
+	for (int64_t i = j0; i < e; i += 4) {
+		int64_t nb = e - i < 4 ? e - i : 4;
+		for (int64_t x = 0; x < 4; x++) kv_prefetch(j, j->v, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
+		for (int64_t kk = 0; kk < nkv; kk++) {
+			const float *rows[4];
+			for (int64_t x = 0; x < 4; x++)
+				rows[x] = x < nb ? kv_row(j, j->v, j->vscale, i + x, kh0 + kk, buf + x * Dh) : rows[0];
+			for (int64_t g = kk * G; g < (kk + 1) * G; g++) axpy(r + g * ps, s + g * CH + i - j0, rows, nb, Dh);
+		}
 	}
-	for (int64_t g = 0; g < nh; g++)
-		for (int64_t d = 0; d < Dh; d++) o[g * Dh + d] /= sum[g];
 }
+
+// att_fold folds the partial record p into the running record f (the
+// contract's fold step; plain C on every path, no fused multiply-add: the
+// package is compiled -std=c11, whose default is -ffp-contract=off).
+static void att_fold(float *f, const float *p, int64_t Dh) {
+	float M = f[Dh], m = p[Dh], Mn = m > M ? m : M;
+	float a = expf(M - Mn), b = expf(m - Mn);
+	f[Dh] = Mn;
+	f[Dh + 1] = f[Dh + 1] * a + p[Dh + 1] * b;
+	for (int64_t d = 0; d < Dh; d++) f[d] = f[d] * a + p[d] * b;
+}
+
+// att_finish writes out = O / L of a folded record.
+static void att_finish(float *out, const float *f, int64_t Dh) {
+	for (int64_t d = 0; d < Dh; d++) out[d] = f[d] / f[Dh + 1];
+}
+
+// att_whole is a whole-mode task: token task / (KVH/nkv), the query heads
+// of its (task % (KVH/nkv))-th nkv KV heads, every chunk, folded in order.
+LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy) {
+	const int64_t G = j->H / j->KVH, nh = j->nkv * G, ng = j->KVH / j->nkv, Dh = j->Dh, ps = j->ps;
+	int64_t t = task / ng, kh0 = (task % ng) * j->nkv, nch = (j->start + t) / LB_ATT_CHUNK + 1;
+	float *ws = j->scratch + (int64_t)tid * j->scratch_stride;
+	float *f = ws + ((nh * LB_ATT_CHUNK + 4 * Dh + 15) & ~(int64_t)15), *p = f + nh * ps;
+	att_chunk(j, t, 0, kh0, f, ws, dot4, axpy);
+	for (int64_t c = 1; c < nch; c++) {
+		att_chunk(j, t, c, kh0, p, ws, dot4, axpy);
+		for (int64_t g = 0; g < nh; g++) att_fold(f + g * ps, p + g * ps, Dh);
+	}
+	float *o = j->out + (t * j->H + kh0 * G) * Dh;
+	for (int64_t g = 0; g < nh; g++) att_finish(o + g * Dh, f + g * ps, Dh);
+}
+
+// att_split is a split-mode task: chunk task / (KVH/nkv) of all tokens'
+// chunks, for its (task % (KVH/nkv))-th nkv KV heads, into the partials.
+LB_INLINE void att_split(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy) {
+	const int64_t G = j->H / j->KVH, ng = j->KVH / j->nkv;
+	int64_t ci = task / ng, kh0 = (task % ng) * j->nkv, t = j->tok[ci];
+	float *r = j->part + (ci * j->H + kh0 * G) * j->ps;
+	att_chunk(j, t, ci - j->off[t], kh0, r, j->scratch + (int64_t)tid * j->scratch_stride, dot4, axpy);
+}
+
+// att_merge folds the partials of token task / H, head task % H, in chunk
+// order, into chunk 0's record, and writes the head's output.
+static void att_merge(void *arg, int64_t task, int tid) {
+	(void)tid;
+	const att_job *j = arg;
+	int64_t t = task / j->H, h = task % j->H, Dh = j->Dh, hs = j->H * j->ps;
+	float *f = j->part + (j->off[t] * j->H + h) * j->ps;
+	for (int64_t c = 1; c < j->off[t + 1] - j->off[t]; c++) att_fold(f, f + c * hs, Dh);
+	att_finish(j->out + (t * j->H + h) * Dh, f, Dh);
+}
+
+#define ATT_TASKS(path, attr)                                                                                        \
+	attr static void att_whole_##path(void *arg, int64_t task, int tid) {                                             \
+		att_whole(arg, task, tid, dot4_##path, axpy_##path);                                                 \
+	}                                                                                                            \
+	attr static void att_split_##path(void *arg, int64_t task, int tid) {                                             \
+		att_split(arg, task, tid, dot4_##path, axpy_##path);                                                 \
+	}
 
 LB_INLINE float dot_generic(const float *a, const float *b, int64_t n) {
 	float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -206,18 +281,15 @@ static void dot4_generic(const float *a, const float *const b[4], int64_t n, flo
 	for (int r = 0; r < 4; r++) out[r] = dot_generic(a, b[r], n);
 }
 
-LB_INLINE void axpy_generic(float *y, float a, const float *x, int64_t n) {
-	for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+LB_INLINE void axpy_generic(float *y, const float *a, const float *const x[4], int64_t nb, int64_t n) {
+	for (int64_t i = 0; i < n; i++) {
+		float acc = y[i];
+		for (int64_t r = 0; r < nb; r++) acc += a[r] * x[r][i];
+		y[i] = acc;
+	}
 }
 
-static void vsum_generic(const att_job *j, const uint8_t *pool, float sc, int64_t n, int64_t kh, const float *e,
-                         float *o, float *buf, int prefetch) {
-	vsum_plain(j, pool, sc, n, kh, e, o, buf, prefetch, axpy_generic);
-}
-
-static void att_task_generic(void *arg, int64_t task, int tid) {
-	att_heads(arg, task, tid, dot4_generic, vsum_generic);
-}
+ATT_TASKS(generic, )
 
 #ifdef LB_X86
 LB_AVX512 static void dot4_avx512(const float *a, const float *const b[4], int64_t n, float out[4]) {
@@ -231,50 +303,21 @@ LB_AVX512 static void dot4_avx512(const float *a, const float *const b[4], int64
 	for (int r = 0; r < 4; r++) out[r] = lb_hsum_avx512(acc[r]);
 }
 
-LB_INLINE LB_AVX512 void axpy_avx512(float *y, float a, const float *x, int64_t n) {
-	__m512 A = _mm512_set1_ps(a);
+LB_INLINE LB_AVX512 void axpy_avx512(float *y, const float *a, const float *const x[4], int64_t nb, int64_t n) {
+	__m512 A[4];
+	for (int r = 0; r < 4; r++) A[r] = _mm512_set1_ps(r < nb ? a[r] : 0);
 	for (int64_t i = 0; i < n; i += 16) {
 		__mmask16 k = n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i);
-		__m512 r = _mm512_fmadd_ps(A, _mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, y + i));
-		_mm512_mask_storeu_ps(y + i, k, r);
+		__m512 acc = _mm512_maskz_loadu_ps(k, y + i);
+		if (nb == 4)
+			for (int r = 0; r < 4; r++) acc = _mm512_fmadd_ps(A[r], _mm512_maskz_loadu_ps(k, x[r] + i), acc);
+		else
+			for (int r = 0; r < nb; r++) acc = _mm512_fmadd_ps(A[r], _mm512_maskz_loadu_ps(k, x[r] + i), acc);
+		_mm512_mask_storeu_ps(y + i, k, acc);
 	}
 }
 
-// vsum_regs_avx512 is vsum with o in NV registers (Dh = 16·NV): the same
-// FMAs as axpy_avx512, without a store and reload per position.
-LB_INLINE LB_AVX512 void vsum_regs_avx512(const att_job *j, const uint8_t *pool, float sc, int64_t n, int64_t kh,
-                                         const float *e, float *o, float *buf, int prefetch, const int NV) {
-	__m512 acc[16];
-	for (int v = 0; v < NV; v++) acc[v] = _mm512_setzero_ps();
-	for (int64_t i = 0; i < n; i++) {
-		if (prefetch) kv_prefetch(j, pool, i + LB_ATT_PREFETCH, n, kh, 1);
-		const float *x = kv_row(j, pool, sc, i, kh, buf);
-		__m512 A = _mm512_set1_ps(e[i]);
-		for (int v = 0; v < NV; v++) acc[v] = _mm512_fmadd_ps(A, _mm512_loadu_ps(x + 16 * v), acc[v]);
-	}
-	for (int v = 0; v < NV; v++) _mm512_storeu_ps(o + 16 * v, acc[v]);
-}
-
-LB_AVX512 static void vsum_avx512(const att_job *j, const uint8_t *pool, float sc, int64_t n, int64_t kh,
-                                  const float *e, float *o, float *buf, int prefetch) {
-	switch (j->Dh) {
-	case 64:
-		vsum_regs_avx512(j, pool, sc, n, kh, e, o, buf, prefetch, 4);
-		break;
-	case 128:
-		vsum_regs_avx512(j, pool, sc, n, kh, e, o, buf, prefetch, 8);
-		break;
-	case 256:
-		vsum_regs_avx512(j, pool, sc, n, kh, e, o, buf, prefetch, 16);
-		break;
-	default:
-		vsum_plain(j, pool, sc, n, kh, e, o, buf, prefetch, axpy_avx512);
-	}
-}
-
-LB_AVX512 static void att_task_avx512(void *arg, int64_t task, int tid) {
-	att_heads(arg, task, tid, dot4_avx512, vsum_avx512);
-}
+ATT_TASKS(avx512, LB_AVX512)
 
 LB_AVX2 static void dot4_avx2(const float *a, const float *const b[4], int64_t n, float out[4]) {
 	__m256 acc[4];
@@ -287,23 +330,18 @@ LB_AVX2 static void dot4_avx2(const float *a, const float *const b[4], int64_t n
 	for (int r = 0; r < 4; r++) out[r] = lb_hsum_avx2(acc[r]);
 }
 
-LB_INLINE LB_AVX2 void axpy_avx2(float *y, float a, const float *x, int64_t n) {
-	__m256 A = _mm256_set1_ps(a);
+LB_INLINE LB_AVX2 void axpy_avx2(float *y, const float *a, const float *const x[4], int64_t nb, int64_t n) {
+	__m256 A[4];
+	for (int r = 0; r < 4; r++) A[r] = _mm256_set1_ps(r < nb ? a[r] : 0);
 	for (int64_t i = 0; i < n; i += 8) {
 		__m256i k = lb_tail_mask8(n - i < 8 ? n - i : 8);
-		__m256 r = _mm256_fmadd_ps(A, _mm256_maskload_ps(x + i, k), _mm256_maskload_ps(y + i, k));
-		_mm256_maskstore_ps(y + i, k, r);
+		__m256 acc = _mm256_maskload_ps(y + i, k);
+		for (int r = 0; r < nb; r++) acc = _mm256_fmadd_ps(A[r], _mm256_maskload_ps(x[r] + i, k), acc);
+		_mm256_maskstore_ps(y + i, k, acc);
 	}
 }
 
-LB_AVX2 static void vsum_avx2(const att_job *j, const uint8_t *pool, float sc, int64_t n, int64_t kh,
-                              const float *e, float *o, float *buf, int prefetch) {
-	vsum_plain(j, pool, sc, n, kh, e, o, buf, prefetch, axpy_avx2);
-}
-
-LB_AVX2 static void att_task_avx2(void *arg, int64_t task, int tid) {
-	att_heads(arg, task, tid, dot4_avx2, vsum_avx2);
-}
+ATT_TASKS(avx2, LB_AVX2)
 #endif
 
 int lb_attention(lb_ctx *c, float *out, const float *q, const uint8_t *k, const uint8_t *v, int dtype,
@@ -311,43 +349,69 @@ int lb_attention(lb_ctx *c, float *out, const float *q, const uint8_t *k, const 
                  int64_t H, int64_t KVH, int64_t Dh, float scale) {
 	if (T <= 0) return LB_OK;
 	pthread_once(&e4m3_lut_once, e4m3_lut_init);
-	int64_t ctx = start + T;
-	// A task takes nh consecutive query heads, whole KV heads' worth where
-	// possible, so that it streams longer spans of each cache row: as many
-	// as leave at least LB_ATT_TASKS tasks per thread.
-	int64_t G = H / KVH, group = 1;
-	for (int64_t nh = H; nh >= 1; nh--) {
-		if (H % nh != 0 || (nh % G != 0 && G % nh != 0)) continue;
-		group = nh;
-		if (T * (H / nh) >= LB_ATT_TASKS * c->threads) break;
+	const int64_t ctx = start + T, G = H / KVH, want = LB_ATT_TASKS * (int64_t)c->threads;
+	// Whole mode when the tokens alone give every thread LB_ATT_TASKS tasks
+	// (or one thread runs them all): a task then streams whole rows over
+	// its whole context. Otherwise split mode, with nkv KV heads a task: all
+	// of them (whole rows) where the chunks give every thread a task, else
+	// the most that do.
+	int split = c->threads > 1 && T < want;
+	int64_t nci = 0; // split mode: chunks over all tokens
+	for (int64_t t = 0; split && t < T; t++) nci += (start + t) / LB_ATT_CHUNK + 1;
+	int64_t nkv = KVH;
+	if (split)
+		for (nkv = KVH; nkv > 1; nkv--)
+			if (KVH % nkv == 0 && nci * (KVH / nkv) >= c->threads) break;
+	int64_t nh = nkv * G, ps = (Dh + 2 + 15) & ~(int64_t)15;
+	// Scratch, each part on its own cache lines: the pool row of every
+	// position, computed once (a lookup through the block table costs a
+	// 64-bit division, as much as a position's FMAs for a 128-dim head);
+	// in split mode the chunks' tokens and offsets and their partials; then
+	// each thread's scores, decoded rows and two records a head.
+	size_t rows_b = ((size_t)ctx * 8 + 63) & ~(size_t)63;
+	size_t off_b = split ? ((size_t)(T + 1) * 8 + 63) & ~(size_t)63 : 0;
+	size_t tok_b = split ? ((size_t)nci * 4 + 63) & ~(size_t)63 : 0;
+	size_t part_b = split ? (size_t)nci * (size_t)H * (size_t)ps * sizeof(float) : 0;
+	int64_t stride = ((nh * LB_ATT_CHUNK + 4 * Dh + 15) & ~(int64_t)15) + 2 * nh * ps;
+	uint8_t *sb = lb_scratch(c, rows_b + off_b + tok_b + part_b + (size_t)c->threads * (size_t)stride * sizeof(float));
+	if (!sb) return LB_ERR_NOMEM;
+	int64_t *rows = (int64_t *)sb, *off = (int64_t *)(sb + rows_b);
+	int32_t *tok = (int32_t *)(sb + rows_b + off_b);
+	float *part = (float *)(sb + rows_b + off_b + tok_b), *scratch = (float *)(sb + rows_b + off_b + tok_b + part_b);
+	for (int64_t i = 0, b = 0, o = 0; i < ctx; i++) {
+		rows[i] = blocks ? (int64_t)blocks[b] * bs + o : i;
+		if (++o == bs) o = 0, b++;
 	}
-	// Rows of 16 floats keep each thread's scratch on its own cache lines.
-	// The pool row of every position comes first, computed once: a lookup
-	// through the block table costs a 64-bit division, as much as a
-	// position's FMAs for a 128-dim head.
-	int64_t stride = (group * ctx + 4 * Dh + 2 * group + 15) & ~(int64_t)15;
-	int64_t rows_floats = (2 * ctx + 15) & ~(int64_t)15;
-	float *scratch = lb_scratch(c, ((size_t)rows_floats + (size_t)c->threads * (size_t)stride) * sizeof(float));
-	if (!scratch) return LB_ERR_NOMEM;
-	int64_t *rows = (int64_t *)scratch;
-	for (int64_t i = 0, b = 0, off = 0; i < ctx; i++) {
-		rows[i] = blocks ? (int64_t)blocks[b] * bs + off : i;
-		if (++off == bs) off = 0, b++;
+	if (split) {
+		off[0] = 0;
+		for (int64_t t = 0; t < T; t++) {
+			off[t + 1] = off[t] + (start + t) / LB_ATT_CHUNK + 1;
+			for (int64_t ci = off[t]; ci < off[t + 1]; ci++) tok[ci] = (int32_t)t;
+		}
 	}
-	att_job j = {out, q, k, v, dtype, kscale, vscale, blocks, bs, T, start, H, KVH, Dh, ctx, scale, group, rows,
-	             scratch + rows_floats, stride};
-	lb_task fn = att_task_generic;
+	att_job j = {out,   q,     k,    v,     dtype, kscale, vscale, T,    start,   H,
+	             KVH,   Dh,    scale, nkv,  ps,    rows,   off,    tok,  part, scratch, stride};
+	lb_task fn = split ? att_split_generic : att_whole_generic;
 #ifdef LB_X86
-	if (c->isa == LB_ISA_AVX512) fn = att_task_avx512;
-	if (c->isa == LB_ISA_AVX2) fn = att_task_avx2;
+	if (c->isa == LB_ISA_AVX512) fn = split ? att_split_avx512 : att_whole_avx512;
+	if (c->isa == LB_ISA_AVX2) fn = split ? att_split_avx2 : att_whole_avx2;
 #endif
 	// Work: two multiply-adds per head dimension and visible position.
 	double work = 2.0 * (double)H * (double)Dh * (double)T * ((double)start + (double)(T + 1) / 2);
-	int64_t ntasks = T * H / group;
+	int64_t ntasks = split ? nci * (KVH / nkv) : T * (KVH / nkv);
 	if (lb_tasks(c, work, ntasks) == 1) {
 		for (int64_t i = 0; i < ntasks; i++) fn(&j, i, 0);
 	} else {
 		lb_pool_run(c->pool, ntasks, fn, &j);
+	}
+	if (split) {
+		// The fold: about three operations per chunk and head dimension.
+		double fold = 3.0 * (double)nci * (double)H * (double)Dh;
+		if (lb_tasks(c, fold, T * H) == 1) {
+			for (int64_t i = 0; i < T * H; i++) att_merge(&j, i, 0);
+		} else {
+			lb_pool_run(c->pool, T * H, att_merge, &j);
+		}
 	}
 	return LB_OK;
 }

@@ -197,3 +197,65 @@ func BenchmarkGEMVHot(b *testing.B) {
 // BenchmarkSuite runs the shared benchmarks of kernels/kerneltest (8B-class
 // shapes) on the best code path.
 func BenchmarkSuite(b *testing.B) { kerneltest.Bench(b, newOps(b, "", 0)) }
+
+// BenchmarkAttentionDecode is decode attention at the shape of
+// BenchmarkDecode's model (runtime): Qwen3-0.6B's 16 query and 8 KV heads
+// of 128 dims, one token at position 271 (a 256-token prompt and 16
+// steps), over paged caches of 16-position blocks in each KV dtype. Each
+// call reads the next of enough caches to fill 1 GiB, so the cache comes
+// from memory, as it does in a step behind the weights ("memory": Go heap,
+// 4 KiB pages, as runtime's KV pools; "huge": copies in huge-page memory),
+// or the same one again from the caches ("hot"); MB/s
+// counts the K and V bytes read.
+func BenchmarkAttentionDecode(b *testing.B) {
+	const H, KVH, Dh, L, bs = 16, 8, 128, 272, 16
+	ops := newOps(b, "", 0)
+	rng := rand.New(rand.NewPCG(27, 28))
+	q := randn(rng, H*Dh, 1)
+	out := make([]float32, H*Dh)
+	for _, dt := range []kernels.KVDType{kernels.KVFloat32, kernels.KVBF16, kernels.KVFP8} {
+		bytes := 2 * L * KVH * Dh * dt.Size()
+		kv0 := &kernels.KVCache{DType: dt, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 0.01, VScale: 0.01,
+			K: make([]byte, bytes/2), V: make([]byte, bytes/2)}
+		for i := range L / bs {
+			kv0.Blocks = append(kv0.Blocks, int32(i))
+		}
+		kernels.WriteKV(kv0, randn(rng, L*KVH*Dh, 1), randn(rng, L*KVH*Dh, 1), L, 0)
+		caches := []*kernels.KVCache{kv0}
+		for len(caches)*bytes < benchCycleBytes {
+			kv := *kv0
+			kv.K, kv.V = slices.Clone(kv0.K), slices.Clone(kv0.V)
+			caches = append(caches, &kv)
+		}
+		// The same caches in huge-page memory.
+		arena, free := hugeBytes(b, len(caches)*bytes)
+		huge := make([]*kernels.KVCache, len(caches))
+		for i, kv := range caches {
+			c := *kv
+			c.K, arena = arena[:bytes/2:bytes/2], arena[bytes/2:]
+			c.V, arena = arena[:bytes/2:bytes/2], arena[bytes/2:]
+			copy(c.K, kv.K)
+			copy(c.V, kv.V)
+			huge[i] = &c
+		}
+		runtime.GC()
+		for _, mode := range []string{"memory", "huge", "hot"} {
+			cs, n := caches, len(caches)
+			switch mode {
+			case "huge":
+				cs = huge
+			case "hot":
+				n = 1
+			}
+			b.Run(fmt.Sprintf("%s/%v/L=%d/%s", ops.Name(), dt, L, mode), func(b *testing.B) {
+				b.SetBytes(int64(bytes))
+				i := 0
+				for b.Loop() {
+					ops.PagedAttention(out, q, cs[i%n], 1, L-1, H, 0.088)
+					i++
+				}
+			})
+		}
+		free()
+	}
+}
