@@ -36,14 +36,14 @@
 // Tasks: one chunk of one token is computed by att_chunk for the query
 // heads of nkv consecutive KV heads, which reads that chunk's rows position
 // by position: with nkv = KVH, whole rows, a contiguous stream the hardware
-// prefetchers follow (one KV head's rows, 4 KiB apart at Qwen3's shapes,
-// they do not follow, nor did software prefetching make that fast). Two
-// modes. Whole (T at least LB_ATT_TASKS a thread, prefill): a task is one
-// token's query heads, all KV heads, every chunk in order, folded as it
-// goes. Split (fewer tokens, decode): a task is one chunk of one token for
-// nkv KV heads, as many as leave LB_ATT_TASKS tasks a thread; it writes its
-// partials to scratch, and a second pass folds each (t, h)'s chunks in
-// order. A chunk's partial is the same bits in either mode, and the fold
+// prefetchers follow within each 4 KiB page (one KV head's rows, 4 KiB
+// apart at Qwen3's shapes, they do not follow, nor did software
+// prefetching make that fast). Two modes. Whole (T at least LB_ATT_TASKS a
+// thread, prefill): a task is one token's query heads, all KV heads, every
+// chunk in order, folded as it goes. Split (fewer tokens, decode): a task
+// is one chunk of one token for all KV heads, or for the most that still
+// give every thread a task; it writes its partials to scratch, and a
+// second pass folds each (t, h)'s chunks in order. A chunk's partial is the same bits in either mode, and the fold
 // the same operations in the same order, so a (t, h) result depends only
 // on q[t,h] and the cache up to p: not on T, start split, block table,
 // batch, mode, grouping or thread count. The value pass adds up to four
