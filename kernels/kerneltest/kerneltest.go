@@ -84,7 +84,9 @@
 //
 // Attention: S = max_p scale·Σ_d |q_d·k_pd| bounds the scores' magnitude;
 // a float32 score errs by (8 + 2√Dh)·u·S (dot product, scale), s - max by
-// 2u·S more, exp by a few ulp, and a relative error ε in the softmax
+// 2u·S more (a fold of 64-position chunks, as kernels/cuda and kernels/cpu
+// compute, adds about 2u·S again in exp(M − M'), within the dot product's
+// 8u·S term), exp by a few ulp, and a relative error ε in the softmax
 // weights moves the output by at most 2·max ε·Σ P|v|; the softmax sum and
 // the weighted sum of L = start+t+1 values (with an online softmax's
 // rescalings) add (24 + 4√L)·u.
