@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -51,12 +52,42 @@ func (x bufferedInstant) ForwardInto(batch []runtime.BatchEntry, dst []float32) 
 	return x.fill(batch, dst), nil
 }
 
+// topInstant is instantExecutor as a runtime.TopExecutor, as the CUDA
+// executor serves by default: rows the engine marks whole come back whole,
+// the others as the fixed row's TopLogits (what the GPU's top-k copies
+// back).
+type topInstant struct {
+	*instantExecutor
+	top runtime.TopLogits
+}
+
+func (x topInstant) TopMax() int { return len(x.top.IDs) }
+
+func (x topInstant) ForwardTop(batch []runtime.BatchEntry, k int, full []bool, dst []float32) ([]float32, []runtime.TopLogits, error) {
+	whole := 0
+	for _, f := range full {
+		if f {
+			whole++
+		}
+	}
+	rows := x.fill([]runtime.BatchEntry{{Logits: whole}}, dst)
+	tops := make([]runtime.TopLogits, len(full))
+	for r, f := range full {
+		if !f {
+			t := x.top
+			tops[r] = runtime.TopLogits{IDs: t.IDs[:k], Logits: t.Logits[:k], Logprobs: t.Logprobs[:k], Ties: t.Ties}
+		}
+	}
+	return rows, tops, nil
+}
+
 // BenchmarkEngineStep measures the engine's host work per decode step —
 // scheduling, block bookkeeping, sampling (Qwen3's defaults: temperature
 // 0.6, top-k 20, top-p 0.95) over 151,936 logits a row, delivery — for 16
 // requests decoding together, over an executor that costs nothing on the
-// device: fresh logits rows a step (fresh), and rows written into the
-// engine's buffer (buffered, as KVPool and CUDAExecutor do). Beside them,
+// device: fresh logits rows a step (fresh), rows written into the
+// engine's buffer (buffered, as KVPool does), and each row's best 64
+// entries only (top-64, as CUDAExecutor serves by default). Beside them,
 // the cost of the fresh logits alone (allocating and filling the rows) in
 // the same run.
 //
@@ -74,7 +105,7 @@ func BenchmarkEngineStep(b *testing.B) {
 	for _, v := range []struct {
 		name string
 		exec runtime.Executor
-	}{{"fresh", exec}, {"buffered", bufferedInstant{exec}}} {
+	}{{"fresh", exec}, {"buffered", bufferedInstant{exec}}, {"top-64", topInstant{exec, topOf(row, 64)}}} {
 		b.Run(v.name, func(b *testing.B) {
 			e := newEngine(b, m, Config{MaxNumSeqs: seqs, MaxModelLen: 512,
 				NewExecutor: func(blocks, bs int, dtype kernels.KVDType) (runtime.Executor, error) { return v.exec, nil }})
@@ -121,4 +152,22 @@ func BenchmarkEngineStep(b *testing.B) {
 			exec.Forward(batch)
 		}
 	})
+}
+
+// topOf is row's TopLogits of k entries, with its log-softmax computed in
+// float64.
+func topOf(row []float32, k int) runtime.TopLogits {
+	m := math.Inf(-1)
+	for _, v := range row {
+		m = max(m, float64(v))
+	}
+	var sum float64
+	for _, v := range row {
+		sum += math.Exp(float64(v) - m)
+	}
+	lp := make([]float32, len(row))
+	for i, v := range row {
+		lp[i] = float32(float64(v) - m - math.Log(sum))
+	}
+	return runtime.TopLogitsOf(row, lp, k)
 }
