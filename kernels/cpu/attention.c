@@ -160,6 +160,14 @@ LB_INLINE void kv_prefetch(const att_job *j, const uint8_t *pool, int64_t i, int
 // row is read (and decoded) once for all the heads that use it, positions
 // in order; every head's scores, max, sum and accumulation run in the same
 // order as for a head alone, so nkv changes no result.
+// kv_rows4 points rows at positions i .. i + nb − 1 (nb ≤ 4) of KV head kh
+// (decoded into buf where the cache is not float32); rows past nb repeat
+// the first, whose products att_chunk's callers never use.
+LB_INLINE void kv_rows4(const att_job *j, const uint8_t *pool, float sc, int64_t i, int64_t nb, int64_t kh, float *buf,
+                        const float *rows[4]) {
+	for (int64_t x = 0; x < 4; x++) rows[x] = x < nb ? kv_row(j, pool, sc, i + x, kh, buf + x * j->Dh) : rows[0];
+}
+
 LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, float *r, float *ws, dot4_fn dot4,
                          axpy_fn axpy) {
 	const int64_t G = j->H / j->KVH, nkv = j->nkv, nh = nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
@@ -173,8 +181,7 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 		for (int64_t x = 0; x < 4; x++) kv_prefetch(j, j->k, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
 		for (int64_t kk = 0; kk < nkv; kk++) {
 			const float *rows[4];
-			for (int64_t x = 0; x < 4; x++)
-				rows[x] = x < nb ? kv_row(j, j->k, j->kscale, i + x, kh0 + kk, buf + x * Dh) : rows[0];
+			kv_rows4(j, j->k, j->kscale, i, nb, kh0 + kk, buf, rows);
 			for (int64_t g = kk * G; g < (kk + 1) * G; g++) {
 				float d[4], *m = r + g * ps + Dh;
 				dot4(q + g * Dh, rows, Dh, d);
@@ -201,8 +208,7 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 		for (int64_t x = 0; x < 4; x++) kv_prefetch(j, j->v, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
 		for (int64_t kk = 0; kk < nkv; kk++) {
 			const float *rows[4];
-			for (int64_t x = 0; x < 4; x++)
-				rows[x] = x < nb ? kv_row(j, j->v, j->vscale, i + x, kh0 + kk, buf + x * Dh) : rows[0];
+			kv_rows4(j, j->v, j->vscale, i, nb, kh0 + kk, buf, rows);
 			for (int64_t g = kk * G; g < (kk + 1) * G; g++) axpy(r + g * ps, s + g * CH + i - j0, rows, nb, Dh);
 		}
 	}
