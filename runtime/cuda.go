@@ -80,6 +80,11 @@ func NewCUDAExecutor(m *Model, d *cuda.Device, blocks, blockSize int, dtype kern
 	for _, o := range opts {
 		o(e)
 	}
+	if e.prefillBF16 {
+		if err := d.OpenCuBLASLt(); err != nil {
+			return nil, fmt.Errorf("runtime: BF16 prefill: %w", err)
+		}
+	}
 	if err := e.upload(); err != nil {
 		e.Close()
 		return nil, err
@@ -373,9 +378,11 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows 
 	// order), then the other rows: each op is row-wise or reads the cache
 	// by (sequence, position), so the order changes no result.
 	e.prompt = 0
+	prompts := make([]int, len(batch)) // each entry's prompt rows
 	if e.prefillBF16 {
-		for _, b := range batch {
-			e.prompt += min(max(b.Prompt, 0), len(b.Tokens))
+		for i, b := range batch {
+			prompts[i] = min(max(b.Prompt, 0), len(b.Tokens))
+			e.prompt += prompts[i]
 		}
 		decode = decode && e.prompt == 0
 	}
@@ -387,10 +394,7 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows 
 		for j, blk := range b.Blocks {
 			tables[i*stride+j] = blk
 		}
-		p := 0
-		if e.prefillBF16 {
-			p = min(max(b.Prompt, 0), len(b.Tokens))
-		}
+		p := prompts[i]
 		at := func(j int) int { // token j's row
 			if j < p {
 				return first + j

@@ -68,6 +68,16 @@ func (d *Device) lt() (*ltState, error) {
 	return s, nil
 }
 
+// OpenCuBLASLt loads cuBLASLt and creates its handle now, so that a
+// machine without the library hears of it when it asks for the BF16
+// prefill, not at its first prompt.
+func (d *Device) OpenCuBLASLt() error {
+	return d.do(func() error {
+		_, err := d.lt()
+		return err
+	})
+}
+
 // closeLt releases the handle (locked by the caller).
 func (d *Device) closeLt() {
 	if d.ltState.handle != nil {
