@@ -2,12 +2,12 @@ package engine
 
 import (
 	"context"
-	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/lowbit-ai/lowbit/kernels"
+	"github.com/lowbit-ai/lowbit/kernels/ref"
 	"github.com/lowbit-ai/lowbit/runtime"
 )
 
@@ -154,20 +154,10 @@ func BenchmarkEngineStep(b *testing.B) {
 	})
 }
 
-// topOf is row's TopLogits of k entries, with its log-softmax computed in
-// float64.
+// topOf is row's TopLogits of k entries, its log-softmax from the
+// reference kernels (float64).
 func topOf(row []float32, k int) runtime.TopLogits {
-	m := math.Inf(-1)
-	for _, v := range row {
-		m = max(m, float64(v))
-	}
-	var sum float64
-	for _, v := range row {
-		sum += math.Exp(float64(v) - m)
-	}
 	lp := make([]float32, len(row))
-	for i, v := range row {
-		lp[i] = float32(float64(v) - m - math.Log(sum))
-	}
+	ref.Ops{}.LogSoftmax(lp, row, 1, len(row))
 	return runtime.TopLogitsOf(row, lp, k)
 }
