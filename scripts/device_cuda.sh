@@ -7,10 +7,12 @@
 # Here, first:   scripts/device_build.sh ./kernels/cuda ./runtime ./runtime/engine
 # There:         bash scripts/device_cuda.sh      (carry .device; results under $OUT)
 #
-# Three parts, all by default; ONLY=kernels, serve or torch runs one (a
-# full run can pass one call's ten minutes). kernels: tests and benchmarks
+# Four parts, all by default; ONLY names those to run ("kernels steps";
+# a full run can pass one call's ten minutes). kernels: tests and benchmarks
 # (NCU=1 also profiles the GEMV, GEMM and attention kernels with Nsight
-# Compute); serve: lowbit serve and the scaled LowBArena workloads
+# Compute); steps: the serve workload's prefill and decode steps on the
+# forward alone, each kernel's time profiled; serve: lowbit serve and the
+# scaled LowBArena workloads
 # (needs only the lowbit binary); torch: the transformers baselines on the
 # same weights.
 set -uo pipefail
@@ -22,7 +24,7 @@ status=0
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 tests="$out/tests.log" bench="$out/bench.txt"
 
-part() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
+part() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 [ -f /tmp/lowbit-bench-qwen3-8b/bf16/config.json ] || .device/bin/lowbit synth --arch qwen3 --size qwen3-8b --out /tmp/lowbit-bench-qwen3-8b/bf16 >/dev/null 2>&1
 
 if part kernels; then
@@ -70,6 +72,13 @@ if [ -n "${NCU:-}" ]; then
 		grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per" "$out/ncu.txt" | tail -5
 	done
 fi
+fi
+
+if part steps; then
+echo "== the serve workload's phases on the forward (Qwen3-8B shape: 32 x 8,192 prefilled in chunks of 2,048, then decode steps of the 32)"
+[ -f /tmp/torch_gemm.json ] && export LOWBIT_TORCH_GEMM=/tmp/torch_gemm.json
+(cd runtime && timeout 400 ../.device/bin/runtime.test -test.run XXX -test.bench CUDAServeSteps -test.benchtime 16x -test.v 2>&1) |
+	tee -a "$bench" | grep -E "Benchmark|ms summed|  lb_|  cublas" | head -60
 fi
 
 work="$out/workloads.txt"

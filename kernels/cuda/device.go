@@ -30,25 +30,27 @@ type Options struct {
 // Device is one CUDA device with its primary context and the compiled
 // kernels. Its methods are safe for concurrent use (they serialize).
 type Device struct {
-	mu      sync.Mutex
-	dev     C.int
-	ctx     C.lb_handle
-	mod     C.lb_handle
-	fns     map[string]C.lb_handle
-	Name    string
-	Major   int // compute capability
-	Minor   int
-	SMs     int
-	Driver  int // cuDriverGetVersion, e.g. 13000
-	NVRTC   [2]int
-	Arch    string // the NVRTC target, e.g. sm_90a
-	Memory  int64  // total bytes
-	Compile CompileInfo
-	pool    scratchPool
-	named   map[string]devBuf
-	stream  C.lb_handle
-	closed  bool
-	ltState ltState // cuBLASLt, opened on first use (lt.go)
+	mu        sync.Mutex
+	dev       C.int
+	ctx       C.lb_handle
+	mod       C.lb_handle
+	fns       map[string]C.lb_handle
+	Name      string
+	Major     int // compute capability
+	Minor     int
+	SMs       int
+	Driver    int // cuDriverGetVersion, e.g. 13000
+	NVRTC     [2]int
+	Arch      string // the NVRTC target, e.g. sm_90a
+	Memory    int64  // total bytes
+	Compile   CompileInfo
+	pool      scratchPool
+	named     map[string]devBuf
+	stream    C.lb_handle
+	closed    bool
+	ltState   ltState   // cuBLASLt, opened on first use (lt.go)
+	prof      *profiler // StartProfile's, while one runs (profile.go)
+	capturing bool      // inside Capture
 	// gen counts reallocations of the persistent buffers, which captured
 	// graphs refer to by address: a graph of an older generation is stale.
 	gen int
@@ -262,8 +264,10 @@ func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...arg)
 	if len(slots) > 0 {
 		p = &slots[0]
 	}
-	return check("cuLaunchKernel("+name+")", C.lb_cu_launch(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
-		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), d.stream, p, C.int(len(args))))
+	return d.timed(name, func() error {
+		return check("cuLaunchKernel("+name+")", C.lb_cu_launch(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
+			C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), d.stream, p, C.int(len(args))))
+	})
 }
 
 // sync waits for the device's work and reports an asynchronous error of a

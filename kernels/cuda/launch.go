@@ -363,7 +363,9 @@ func (d *Device) Capture(f func(k *K) error) (*Graph, error) {
 		if err := check("cuStreamBeginCapture", C.lb_cuStreamBeginCapture(d.stream, 2)); err != nil {
 			return err
 		}
+		d.capturing = true
 		ferr := f(&K{d})
+		d.capturing = false
 		var graph C.lb_handle
 		if err := check("cuStreamEndCapture", C.lb_cuStreamEndCapture(d.stream, &graph)); err != nil {
 			return err

@@ -142,8 +142,10 @@ func (k *K) MatMulLt(y, xb Buf, T int, w *Weight) error {
 	if err != nil {
 		return err
 	}
-	return checkLt(fmt.Sprintf("cublasLtMatmul(%dx%d, T=%d)", w.Out, w.In, T), C.lb_lt_gemm_bf16(s.handle, d.stream,
-		y.ptr, w.Rows.ptr, xb.ptr, C.int(T), C.int(w.Out), C.int(w.In), &a[0], ws.ptr, C.size_t(ltWorkspace)))
+	return d.timed(fmt.Sprintf("cublasLt %dx%d", w.Out, w.In), func() error {
+		return checkLt(fmt.Sprintf("cublasLtMatmul(%dx%d, T=%d)", w.Out, w.In, T), C.lb_lt_gemm_bf16(s.handle, d.stream,
+			y.ptr, w.Rows.ptr, xb.ptr, C.int(T), C.int(w.Out), C.int(w.In), &a[0], ws.ptr, C.size_t(ltWorkspace)))
+	})
 }
 
 // MatMulLtShared runs MatMulLt for weights that read the same float32 x

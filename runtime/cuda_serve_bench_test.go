@@ -1,0 +1,186 @@
+//go:build cgo
+
+package runtime
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lowbit-ai/lowbit/kernels"
+	"github.com/lowbit-ai/lowbit/kernels/cpu"
+	"github.com/lowbit-ai/lowbit/kernels/cuda"
+)
+
+// BenchmarkCUDAServeSteps: the two phases of LowBArena's serve workload on
+// the device-resident forward, as lowbit serve runs them (BF16 prefill,
+// top-64 rows on the device), without the HTTP and engine around them:
+// 32 prompts of 8,192 tokens prefilled in chunks of 2,048 (one sequence a
+// chunk), then decode steps of the 32 sequences together at 8,192
+// positions. Each phase is set beside its floor measured in the same run:
+// a decode step against the bytes it reads (weights and the 32 caches)
+// over the copy bandwidth; prefill against its FLOPs at PyTorch's best
+// BF16 matmul rate on the device (scripts/torch_gemm.py's file, named by
+// LOWBIT_TORCH_GEMM, as BenchmarkKernels reads it; no ratio without it).
+//
+//	runtime.test -test.run XXX -test.bench CUDAServeSteps -test.benchtime 16x
+func BenchmarkCUDAServeSteps(b *testing.B) {
+	d := cudaDevice(b)
+	bw, err := d.CopyBandwidth(2<<30, 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ops, err := cpu.New()
+	if err != nil {
+		b.Skip(err)
+	}
+	defer ops.Close()
+	size := os.Getenv("LOWBIT_BENCH_SIZE")
+	if size == "" {
+		size = "qwen3-8b"
+	}
+	m, err := Load(benchModel(b, size), ops)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	const seqs, prompt, chunk, bs = 32, 8192, 2048, 16
+	perSeq := (prompt + 256) / bs
+	gpu, err := NewCUDAExecutor(m, d, seqs*perSeq, bs, kernels.KVBF16, WithPrefillBF16())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gpu.Close()
+	gpu.TopOnDevice = true
+	tables := make([][]int32, seqs)
+	for s := range tables {
+		tables[s] = make([]int32, perSeq)
+		for i := range tables[s] {
+			tables[s][i] = int32(s*perSeq + i)
+		}
+	}
+	toks := make([]int, prompt)
+	t0 := time.Now()
+	var chunks []time.Duration
+	for s := range seqs {
+		for i := range toks {
+			toks[i] = (i*7919 + s*104729 + 13) % 151669
+		}
+		for c := 0; c < prompt; c += chunk {
+			logits := 0
+			if c+chunk == prompt {
+				logits = 1
+			}
+			// One chunk, the second sequence's last, with each kernel timed.
+			profile := s == 1 && c+chunk == prompt
+			if profile {
+				if err := d.StartProfile(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c0 := time.Now()
+			if _, _, err := gpu.ForwardTop([]BatchEntry{{Blocks: tables[s], Start: c, Tokens: toks[c : c+chunk], Logits: logits, Prompt: chunk}},
+				cuda.TopKMax, make([]bool, logits), nil); err != nil {
+				b.Fatal(err)
+			}
+			if profile {
+				logProfile(b, "prefill chunk of 2,048 at 6,144", d.StopProfile())
+			} else if s > 0 { // the first sequence warms up
+				chunks = append(chunks, time.Since(c0))
+			}
+		}
+	}
+	prefill := time.Since(t0)
+	sh := m.Shape()
+	qd, kvd := sh.Heads*sh.HeadDim, sh.KVHeads*sh.HeadDim
+	perLayer := float64(sh.Hidden*(2*qd+2*kvd) + 3*sh.Hidden*sh.Intermediate)
+	flops := seqs * (2*perLayer*float64(sh.Layers)*prompt + 2*float64(sh.Vocab*sh.Hidden) +
+		2*float64(sh.Layers*qd)*prompt*(prompt+1))
+	// Decode: every sequence one token a step, top-64 rows back.
+	pos := prompt
+	full := make([]bool, seqs)
+	step := func() {
+		batch := make([]BatchEntry, seqs)
+		for s := range batch {
+			batch[s] = BatchEntry{Blocks: tables[s], Start: pos, Tokens: []int{(pos*31 + s) % 151669}, Logits: 1}
+		}
+		if _, _, err := gpu.ForwardTop(batch, cuda.TopKMax, full, nil); err != nil {
+			b.Fatal(err)
+		}
+		pos++
+	}
+	// The first step of a shape runs its kernels one by one (then its graph
+	// is captured): that one is profiled.
+	if err := d.StartProfile(); err != nil {
+		b.Fatal(err)
+	}
+	step()
+	logProfile(b, "decode step of 32 at 8,192", d.StopProfile())
+	for range 2 {
+		step()
+	}
+	var steps []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		s0 := time.Now()
+		step()
+		steps = append(steps, time.Since(s0))
+	}
+	b.StopTimer()
+	slices.Sort(steps)
+	slices.Sort(chunks)
+	med := steps[len(steps)/2]
+	stepBytes := float64(m.WeightBytes()) + float64(m.KVBlockBytes(1, kernels.KVBF16))*float64(seqs*(pos-b.N/2))
+	b.ReportMetric(prefill.Seconds(), "prefill-s")
+	b.ReportMetric(flops/prefill.Seconds()/1e12, "prefill-TFLOP/s")
+	if peak := torchBF16Peak(b); peak > 0 {
+		b.ReportMetric(flops/prefill.Seconds()/peak, "prefill-of-torch-bf16-gemm")
+	}
+	b.ReportMetric(float64(chunks[len(chunks)/2].Microseconds())/1e3, "chunk-2048-ms")
+	b.ReportMetric(float64(med.Microseconds())/1e3, "decode-step-ms")
+	b.ReportMetric(stepBytes/bw*1e3, "decode-floor-ms")
+	b.ReportMetric(stepBytes/bw/med.Seconds(), "decode-of-roofline")
+}
+
+// logProfile logs a profile's kernels, the longest first, with their
+// share of the summed time.
+func logProfile(b *testing.B, what string, ks []cuda.KernelTime) {
+	var sum time.Duration
+	for _, k := range ks {
+		sum += k.Total
+	}
+	b.Logf("%s: %d kernels, %.2f ms summed", what, len(ks), float64(sum.Microseconds())/1e3)
+	for _, k := range ks {
+		b.Logf("  %-40s %5d launches %9.3f ms %5.1f%%", k.Name, k.Launches, float64(k.Total.Microseconds())/1e3,
+			100*k.Total.Seconds()/sum.Seconds())
+	}
+}
+
+// torchBF16Peak is the best bf16 TFLOP/s (as FLOP/s) of the file
+// scripts/torch_gemm.py wrote, named by LOWBIT_TORCH_GEMM; 0 without it.
+func torchBF16Peak(b *testing.B) float64 {
+	path := os.Getenv("LOWBIT_TORCH_GEMM")
+	if path == "" {
+		return 0
+	}
+	var t struct {
+		Shapes map[string]struct {
+			BF16 float64 `json:"bf16_tflops"`
+		} `json:"shapes"`
+	}
+	data, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(data, &t)
+	}
+	if err != nil {
+		b.Logf("LOWBIT_TORCH_GEMM: %v (no torch ratio)", err)
+		return 0
+	}
+	best := 0.0
+	for _, s := range t.Shapes {
+		best = max(best, s.BF16)
+	}
+	return best * 1e12
+}
