@@ -52,8 +52,8 @@ const flashMaxPartials = 256 << 20
 
 // flashPipelined picks attention_mma.cu's _p kernels where they exist:
 // the next chunk's k and v copied while this one's are multiplied. The same
-// bits; off until timed on a GPU (BenchmarkKernels times both;
-// TestFlashPipelined runs the suite's attention cases on it).
+// bits (TestFlashVariants); off: on the H200 it gained 4-7% on BF16-q
+// prefill and lost 26-34% with float32 q (BenchmarkKernels times both).
 var flashPipelined = false
 
 // flashSplitTokens: batches of at most this many tokens split their
@@ -105,17 +105,25 @@ func PlanAttentionBF16(seq, pos []int32, H int, p *KVPool, ctx, bf16 int) Attent
 		// the device should set aside; those batches run whole.
 		if 4*pl.Parts*H*(p.HeadDim+2) <= flashMaxPartials {
 			pl.Split, pl.Warps = true, 1
-			pl.Z = min(flashMaxZ, max(1, (ctx+flashChunk-1)/flashChunk))
+			pl.Z = min(flashMaxZ, max(1, (ctx+flashChunk-1)/flashChunk)) // a block a chunk
 		} else {
 			pl.Parts = 0
 			clear(pl.PartOff)
 		}
 	}
 	per := pl.Warps * (16 / (H / p.KVHeads)) // tokens a block
+	perBF16 := per
+	if !pl.Split && flashPrefillFits(p) {
+		perBF16 *= flashPrefillTiles // attention_mma_prefill.cu's blocks
+	}
 	for t := 0; t < len(pos); {
 		run := 1
 		for t+run < len(pos) && t+run != bf16 && seq[t+run] == seq[t] && pos[t+run] == pos[t+run-1]+1 {
 			run++
+		}
+		per := per
+		if t < bf16 {
+			per = perBF16
 		}
 		for i := 0; i < run; i += per {
 			pl.Work = append(pl.Work, int32(t+i), int32(min(per, run-i)))
@@ -125,7 +133,42 @@ func PlanAttentionBF16(seq, pos []int32, H int, p *KVPool, ctx, bf16 int) Attent
 		}
 		t += run
 	}
+	if pl.Split && flashDecodeFits(p) {
+		// attention_mma_decode.cu's blocks run chunks z, z + Z, ... with
+		// the next one's copy in flight: about flashDecodeBlocks blocks
+		// in all, fewer chunks a block only where the batch is small.
+		tiles := len(pl.Work) / 2 * p.KVHeads
+		pl.Z = min(pl.Z, max(1, (flashDecodeBlocks+tiles-1)/tiles))
+	}
 	return pl
+}
+
+// flashDecode picks attention_mma_decode.cu's kernels for the split mode
+// where they exist (a BF16 cache, head dims 64 and 128): the same bits as
+// the one-warp split kernels, four warps a chunk.
+var flashDecode = true
+
+// flashDecodeBlocks is the split mode's target block count with the
+// decode kernels: 8 a SM of the H200's 132 at their 2 resident a SM, so
+// the last wave is a small part of a long context's work.
+const flashDecodeBlocks = 1024
+
+// flashPrefill picks attention_mma_prefill.cu's kernel for the whole
+// mode's BF16 rows where it exists (a BF16 cache, head dims 64 and 128):
+// the same bits as lb_flash_d*_k1_whole_q1, two m-tiles a warp.
+var flashPrefill = true
+
+// flashPrefillTiles is FP_MT of attention_mma_prefill.cu: m-tiles a warp.
+const flashPrefillTiles = 2
+
+// flashPrefillFits says whether attention_mma_prefill.cu serves pool p.
+func flashPrefillFits(p *KVPool) bool {
+	return flashPrefill && p.DType == kernels.KVBF16 && (p.HeadDim == 64 || p.HeadDim == 128)
+}
+
+// flashDecodeFits says whether attention_mma_decode.cu serves pool p.
+func flashDecodeFits(p *KVPool) bool {
+	return flashDecode && p.DType == kernels.KVBF16 && (p.HeadDim == 64 || p.HeadDim == 128)
 }
 
 // AttentionPartialsBytes bounds the device memory a batch of up to tokens
@@ -201,6 +244,9 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 		if flashPipelined && terms == 1 && (p.HeadDim == 64 || p.HeadDim == 128) {
 			pipe, kvBufs = "_p", 2
 		}
+		if pl.Split && flashDecodeFits(p) {
+			return k.flashDecode(out, q, parts, p, b, T, H, scale)
+		}
 		name := fmt.Sprintf("lb_flash_d%d_k%d_%s", p.HeadDim, terms, mode)
 		// The BF16 blocks first (the _q1 kernel), then the others.
 		for _, part := range []struct {
@@ -209,6 +255,12 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 			first, last int
 		}{{"_q1", 1, 0, pl.BF16Work}, {"", 3, pl.BF16Work, len(pl.Work) / 2}} {
 			if part.last == part.first {
+				continue
+			}
+			if part.suffix == "_q1" && !pl.Split && flashPrefillFits(p) {
+				if err := k.flashPrefill(out, q, p, b, part.first, part.last, H, scale); err != nil {
+					return err
+				}
 				continue
 			}
 			qterms := 3 // the default kernels stage all three
@@ -237,6 +289,41 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 		return err
 	}
 	return k.d.launch("lb_attention_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
+		ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))
+}
+
+// flashPrefill runs Work blocks first .. last (BF16 rows, whole mode) on
+// attention_mma_prefill.cu's kernel.
+func (k *K) flashPrefill(out, q Buf, p *KVPool, b *Batch, first, last, H int, scale float32) error {
+	ld := p.HeadDim + 8
+	shmem := (4*flashPrefillTiles*16*ld + 4*flashChunk*ld) * 2
+	return k.d.launch(fmt.Sprintf("lb_flash_prefill_d%d_q1", p.HeadDim), [3]int{last - first, p.KVHeads, 1}, [3]int{128, 1, 1}, shmem,
+		ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
+		ptrArg(b.Pos.ptr), ptrArg(b.Work.Slice(8*first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale))
+}
+
+// flashDecode runs the split mode on attention_mma_decode.cu's kernels
+// (the BF16 blocks on the _q1 one), then merges.
+func (k *K) flashDecode(out, q, parts Buf, p *KVPool, b *Batch, T, H int, scale float32) error {
+	pl := &b.Plan
+	for _, part := range []struct {
+		suffix      string
+		qterms      int
+		first, last int
+	}{{"_q1", 1, 0, pl.BF16Work}, {"", 3, pl.BF16Work, len(pl.Work) / 2}} {
+		if part.last == part.first {
+			continue
+		}
+		ld := p.HeadDim + 8
+		shmem := (part.qterms*16*ld + 4*flashChunk*ld + part.qterms*16*(flashChunk+8)) * 2
+		if err := k.d.launch(fmt.Sprintf("lb_flash_decode_d%d%s", p.HeadDim, part.suffix), [3]int{part.last - part.first, p.KVHeads, pl.Z},
+			[3]int{128, 1, 1}, shmem, ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr),
+			intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr),
+			ptrArg(b.Work.Slice(8*part.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale)); err != nil {
+			return err
+		}
+	}
+	return k.d.launch("lb_flash_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
 		ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))
 }
 

@@ -72,6 +72,22 @@ func TestPlanAttention(t *testing.T) {
 			t.Fatalf("work %v with %d BF16 blocks, want %v with 10", pl.Work, pl.BF16Work, want)
 		}
 	})
+	t.Run("bf16 prefill", func(t *testing.T) {
+		// 300 rows, the first 200 BF16 (whole mode): BF16 blocks of 2
+		// m-tiles a warp (32 tokens; attention_mma_prefill.cu), then 16.
+		seq := make([]int32, 300)
+		pl := PlanAttentionBF16(seq, positions(0, 300), 32, pool(8, 128), 4096, 200)
+		var want []int32
+		for t := 0; t < 200; t += 32 {
+			want = append(want, int32(t), int32(min(32, 200-t)))
+		}
+		for t := 200; t < 300; t += 16 {
+			want = append(want, int32(t), int32(min(16, 300-t)))
+		}
+		if pl.Split || !slices.Equal(pl.Work, want) || pl.BF16Work != 7 {
+			t.Fatalf("work %v with %d BF16 blocks, want %v with 7", pl.Work, pl.BF16Work, want)
+		}
+	})
 	t.Run("partials bound", func(t *testing.T) {
 		// 128 decode tokens at 40k positions would need 1.3 GB of
 		// partials: they run whole.
@@ -95,22 +111,29 @@ func TestPlanAttention(t *testing.T) {
 	})
 }
 
-// TestFlashPipelined: the _p kernels (the next chunk's copy in flight
-// while this one is multiplied) pass the suite's attention cases and give
-// the default kernels' bits on the Qwen3-8B head shape, for prefill and
-// decode, float32 and BF16 q, over shuffled block tables.
-func TestFlashPipelined(t *testing.T) {
+// TestFlashVariants: the _p kernels (the next chunk's copy in flight while
+// this one is multiplied), attention_mma_decode.cu's split kernels (four
+// warps a chunk) and attention_mma_prefill.cu's (two m-tiles a warp) pass the suite's attention cases and give the one-warp
+// kernels' bits on the Qwen3-8B head shape, for prefill and decode, float32
+// and BF16 q, one sequence or many, over shuffled block tables.
+func TestFlashVariants(t *testing.T) {
 	d := openOrSkip(t)
-	defer func(v bool) { flashPipelined = v }(flashPipelined)
-	flashPipelined = true
-	for _, f := range kerneltest.Check(NewOps(d), kerneltest.OpAttention, kerneltest.OpPagedAttention) {
-		t.Error(f)
+	defer func(p, dec, pre bool) { flashPipelined, flashDecode, flashPrefill = p, dec, pre }(flashPipelined, flashDecode, flashPrefill)
+	variants := []struct {
+		name                      string
+		pipelined, wide, twoTiles bool
+	}{{"pipelined", true, false, false}, {"decode and prefill", false, true, true}}
+	for _, v := range variants {
+		flashPipelined, flashDecode, flashPrefill = v.pipelined, v.wide, v.twoTiles
+		for _, f := range kerneltest.Check(NewOps(d), kerneltest.OpAttention, kerneltest.OpPagedAttention) {
+			t.Errorf("%s: %v", v.name, f)
+		}
 	}
-	const H, KVH, Dh, bs, ctx = 32, 8, 128, 16, 1000
+	const H, KVH, Dh, bs, ctx, seqs = 32, 8, 128, 16, 1000, 37
 	rng := rand.New(rand.NewPCG(3, 3))
 	p := &KVPool{DType: kernels.KVBF16, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
 	blocks := (ctx + bs - 1) / bs
-	kv := make([]uint16, blocks*bs*KVH*Dh)
+	kv := make([]uint16, seqs*blocks*bs*KVH*Dh)
 	var err error
 	for _, dst := range []*Buf{&p.K, &p.V} {
 		for i := range kv {
@@ -124,14 +147,23 @@ func TestFlashPipelined(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tables := make([]int32, blocks)
-	for i, b := range rng.Perm(blocks) {
+	tables := make([]int32, seqs*blocks)
+	for i, b := range rng.Perm(seqs * blocks) {
 		tables[i] = int32(b)
 	}
-	for _, c := range []struct{ T, bf16 int }{{1, 0}, {3, 0}, {100, 0}, {300, 0}, {300, 200}, {100, 100}} {
+	// T tokens of one sequence at the end of its context, or (many) one
+	// token of each of seqs sequences at positions spread over the context.
+	for _, c := range []struct {
+		T, bf16 int
+		many    bool
+	}{{1, 0, false}, {3, 0, false}, {100, 0, false}, {300, 0, false}, {300, 200, false}, {100, 100, false},
+		{999, 999, false}, {700, 533, false}, {seqs, 0, true}, {seqs, seqs, true}} {
 		seq, pos := make([]int32, c.T), make([]int32, c.T)
 		for i := range pos {
 			pos[i] = int32(ctx - c.T + i)
+			if c.many {
+				seq[i], pos[i] = int32(i), int32(ctx-1-27*i)
+			}
 		}
 		q := make([]float32, c.T*H*Dh)
 		for i := range q {
@@ -169,11 +201,13 @@ func TestFlashPipelined(t *testing.T) {
 			}
 			return got
 		}
-		flashPipelined = false
+		flashPipelined, flashDecode, flashPrefill = false, false, false
 		want := run()
-		flashPipelined = true
-		if got := run(); !bytes.Equal(got, want) {
-			t.Errorf("T=%d (%d BF16 rows): the pipelined kernels' output differs from the default's", c.T, c.bf16)
+		for _, v := range variants {
+			flashPipelined, flashDecode, flashPrefill = v.pipelined, v.wide, v.twoTiles
+			if got := run(); !bytes.Equal(got, want) {
+				t.Errorf("%s: T=%d (%d BF16 rows, many sequences %v): output differs from the one-warp kernels'", v.name, c.T, c.bf16, c.many)
+			}
 		}
 	}
 }

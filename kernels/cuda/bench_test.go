@@ -141,28 +141,31 @@ func BenchmarkKernels(b *testing.B) {
 		}
 	}
 	// Attention (32 query heads, 8 KV heads, head_dim 128, BF16 paged
-	// cache): a decode step over ctx positions (bytes: the K and V read),
-	// and a prefill of T tokens over their own causal context (FLOPs:
-	// 4·H·Dh a (query, key) pair), beside PyTorch's SDPA on the same shape.
+	// cache): a decode step of seqs sequences over ctx positions each
+	// (bytes: the K and V read), and a prefill of T tokens over their own
+	// causal context (FLOPs: 4·H·Dh a (query, key) pair), beside PyTorch's
+	// SDPA on the same shape.
 	const H, KVH, Dh, bs = 32, 8, 128, 16
-	attention := func(b *testing.B, T, ctx, bf16 int) float64 {
+	attention := func(b *testing.B, seqs, T, ctx, bf16 int) float64 {
 		p := &KVPool{DType: kernels.KVBF16, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
-		pool := ctx * KVH * Dh * 2
+		pool := seqs * ctx * KVH * Dh * 2
 		p.K, _ = d.Alloc(pool)
 		p.V, _ = d.Alloc(pool)
 		defer d.Free(p.K)
 		defer d.Free(p.V)
 		d.Upload(p.K, randBF16(pool/2))
 		d.Upload(p.V, randBF16(pool/2))
-		tables := make([]int32, ctx/bs)
+		tables := make([]int32, seqs*ctx/bs)
 		for i := range tables {
 			tables[i] = int32(i)
 		}
-		seq, pos := make([]int32, T), make([]int32, T)
-		for t := range pos {
-			pos[t] = int32(ctx - T + t)
+		var seq, pos []int32
+		for s := range seqs {
+			for t := range T {
+				seq, pos = append(seq, int32(s)), append(pos, int32(ctx-T+t))
+			}
 		}
-		bt := &Batch{Stride: len(tables), Plan: PlanAttentionBF16(seq, pos, H, p, ctx, bf16)}
+		bt := &Batch{Stride: ctx / bs, Plan: PlanAttentionBF16(seq, pos, H, p, ctx, bf16)}
 		if err := d.ReserveAttention(bt.Plan.Parts, H, Dh); err != nil {
 			b.Fatal(err)
 		}
@@ -174,42 +177,49 @@ func BenchmarkKernels(b *testing.B) {
 			defer d.Free(*a.dst)
 			d.Upload(*a.dst, unsafe.Slice((*byte)(unsafe.Pointer(&a.src[0])), 4*len(a.src)))
 		}
-		q, _ := d.Alloc(4 * T * H * Dh)
-		qs := make([]float32, T*H*Dh)
+		rows := seqs * T
+		q, _ := d.Alloc(4 * rows * H * Dh)
+		qs := make([]float32, rows*H*Dh)
 		for i := range qs {
 			qs[i] = float32(rng.NormFloat64())
 		}
 		d.Upload(q, unsafe.Slice((*byte)(unsafe.Pointer(&qs[0])), 4*len(qs)))
-		out, _ := d.Alloc(4 * T * H * Dh)
+		out, _ := d.Alloc(4 * rows * H * Dh)
 		defer d.Free(q)
 		defer d.Free(out)
 		bytes := 0.0
 		if T == 1 {
 			bytes = float64(2 * pool)
 		}
-		return timeGraph(b, func(k *K) error { return k.AttentionBatch(out, q, p, bt, T, H, 0.088) }, bytes)
+		return timeGraph(b, func(k *K) error { return k.AttentionBatch(out, q, p, bt, rows, H, 0.088) }, bytes)
 	}
-	// Each beside its pipelined variant (_p, flashPipelined: the same bits,
-	// TestFlashPipelined).
-	defer func(v bool) { flashPipelined = v }(flashPipelined)
-	for _, pipe := range []bool{false, true} {
-		flashPipelined = pipe
-		suffix := map[bool]string{true: "-pipelined"}[pipe]
-		for _, ctx := range []int{1024, 8192} {
-			b.Run(fmt.Sprintf("attention-decode%s/ctx=%d", suffix, ctx), func(b *testing.B) { attention(b, 1, ctx, 0) })
+	// Decode: attention_mma_decode.cu's four warps a chunk (flashDecode,
+	// the default) beside the one-warp split kernels (the same bits,
+	// TestFlashVariants).
+	defer func(p, dec, pre bool) { flashPipelined, flashDecode, flashPrefill = p, dec, pre }(flashPipelined, flashDecode, flashPrefill)
+	for _, wide := range []bool{true, false} {
+		flashDecode = wide
+		suffix := map[bool]string{false: "-one-warp"}[wide]
+		for _, c := range []struct{ seqs, ctx int }{{1, 1024}, {1, 8192}, {32, 8192}} {
+			b.Run(fmt.Sprintf("attention-decode%s/seqs=%d/ctx=%d", suffix, c.seqs, c.ctx), func(b *testing.B) { attention(b, c.seqs, 1, c.ctx, 0) })
 		}
 	}
+	flashDecode = true
 	// Prefill: q and P in three BF16 terms, and as one (the BF16 prefill).
 	for _, c := range []struct {
 		name string
 		T    int
 		bf16 bool
 	}{{"", 1024, false}, {"", 8192, false}, {"-bf16", 1024, true}, {"-bf16", 8192, true},
+		{"-bf16-one-tile", 1024, true}, {"-bf16-one-tile", 8192, true},
 		{"-pipelined", 1024, false}, {"-pipelined", 8192, false}, {"-bf16-pipelined", 1024, true}, {"-bf16-pipelined", 8192, true}} {
 		T := c.T
+		// -bf16: attention_mma_prefill.cu (flashPrefill, the default);
+		// -one-tile and -pipelined: attention_mma.cu's kernels.
 		flashPipelined = strings.HasSuffix(c.name, "pipelined")
+		flashPrefill = c.name == "-bf16"
 		b.Run(fmt.Sprintf("attention-prefill%s/T=%d", c.name, T), func(b *testing.B) {
-			per := attention(b, T, T, map[bool]int{true: T}[c.bf16])
+			per := attention(b, 1, T, T, map[bool]int{true: T}[c.bf16])
 			tf := 4 * float64(H*Dh) * float64(T) * float64(T+1) / 2 / per / 1e12
 			b.ReportMetric(tf, "TFLOP/s")
 			if t, ok := torch.SDPA[fmt.Sprint(T)]; ok {

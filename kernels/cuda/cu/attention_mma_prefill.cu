@@ -1,0 +1,227 @@
+// attention_mma_prefill.cu: attention_mma.cu's whole mode for the BF16
+// prefill (q and P as one BF16 term, the _q1 numerics) over a BF16 cache,
+// head dims 64 and 128, with two m-tiles (32 rows) a warp: the same bits as
+// lb_flash_d*_k1_whole_q1, row by row (each row's mma chains, softmax, P
+// rounding, l_c order and fold are attention_mma.cu's; a row never meets
+// another in an mma).
+//
+// Why: lb_flash_d128_k1_whole_q1 reached 115 TFLOP/s at 8,192 tokens on
+// the H200 against SDPA's 608, and 58% of a 2,048-token prefill chunk at
+// 6,144 positions (BenchmarkCUDAServeSteps). Here a warp's two m-tiles
+// share each k and v fragment it loads from shared memory (half the
+// ldmatrix a mma) and give the tensor cores two independent chains; the
+// next chunk's k and v stream in by cp.async while this one is multiplied;
+// the mask is applied only to chunks that reach past a warp's first
+// position; and blocks run the work list backwards, the longest contexts
+// first, so that the last wave is short.
+//
+// Layout and arguments: attention_mma.cu's (FA_PARAMS; whole mode, no
+// partials). A block is 4 warps; warp w takes tokens from t0 + w·2R (R =
+// 16 / G), m-tile mt the R after t0 + (2w + mt)·R. Shared memory, dynamic,
+// in u16: q [4][2][16][Dh + 8], then two stages of k and v
+// [2][2][FA_CHUNK][Dh + 8].
+#define FP_MT 2
+
+template <int DH>
+__device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp, const u8 *vp, const int *tables,
+                                       int stride, const int *seq, const int *pos, const int *work, int bs, int H,
+                                       int KVH, float scale) {
+	constexpr int LD = DH + 8, NT = DH / 8, DC = DH / 16, MT = FP_MT, KV = FA_CHUNK * LD;
+	extern __shared__ uint4 fp_smem[];
+	__shared__ i64 rows[2][FA_CHUNK];
+	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, qd = lane & 3;
+	int kh = blockIdx.y, G = H / KVH, R = 16 / G;
+	int wi = gridDim.x - 1 - blockIdx.x; // the longest contexts first
+	int t0 = work[2 * wi], n = work[2 * wi + 1];
+	u16 *qs = (u16 *)fp_smem + w * MT * 16 * LD, *kv0 = (u16 *)fp_smem + 4 * MT * 16 * LD;
+	const int *blocks = tables ? tables + (i64)seq[t0] * stride : 0;
+	int pmax = pos[t0 + n - 1];
+	// Chunk 0's rows and copy, chunk 1's rows; q meanwhile.
+	fa_rows(rows[0], blocks, bs, KVH, kh, DH, 0, pmax);
+	__syncthreads();
+	fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0]);
+	cp_async_commit();
+	fa_rows(rows[1], blocks, bs, KVH, kh, DH, FA_CHUNK, pmax);
+	// Rows g and g + 8 of each m-tile: position (−1: past the tokens).
+	int prow[MT][2], hrow[2];
+	int wfirst = w * MT * R, wn = min(MT * R, n - wfirst); // the warp's tokens
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			int r = g + 8 * e, tt = mt * R + r / G;
+			prow[mt][e] = (r < R * G && tt < wn) ? pos[t0 + wfirst + tt] : -1;
+			hrow[e] = kh * G + r % G;
+		}
+	int wpmin = wn > 0 ? pos[t0 + wfirst] : -1, wpmax = wn > 0 ? pos[t0 + wfirst + wn - 1] : -1;
+	for (int i = lane; i < MT * 16 * DH / 2; i += 32) {
+		int mt = i / (16 * DH / 2), r = (i / (DH / 2)) % 16, d = 2 * (i % (DH / 2)), tt = mt * R + r / G;
+		float a = 0.0f, b = 0.0f;
+		if (r < R * G && tt < wn) {
+			const float *qv = q + ((i64)(t0 + wfirst + tt) * H + kh * G + r % G) * DH + d;
+			a = qv[0];
+			b = qv[1];
+		}
+		u32 tm[3];
+		mma_terms(a, b, &tm[0], &tm[1], &tm[2]);
+		*(u32 *)(qs + (mt * 16 + r) * LD + d) = tm[0];
+	}
+	const float ninf = -__int_as_float(0x7f800000);
+	float M[MT][2], L[MT][2], oacc[MT][NT][4];
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++) {
+		M[mt][0] = M[mt][1] = ninf;
+		L[mt][0] = L[mt][1] = 0.0f;
+#pragma unroll
+		for (int nn = 0; nn < NT; nn++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) oacc[mt][nn][e] = 0.0f;
+	}
+	for (int c = 0; c * FA_CHUNK <= pmax; c++) {
+		int b = c & 1;
+		u16 *ks = kv0 + 2 * b * KV, *vs = ks + KV;
+		__syncthreads(); // every warp is done with chunk c − 1's buffers; rows[b ^ 1] is written
+		if ((c + 1) * FA_CHUNK <= pmax) fa_copy<DH>(kv0 + 2 * (b ^ 1) * KV, kv0 + (2 * (b ^ 1) + 1) * KV, kp, vp, rows[b ^ 1]);
+		cp_async_commit();
+		int pn = (c + 2) * FA_CHUNK + tid, tb = 0;
+		if (tid < FA_CHUNK && pn <= pmax && blocks) tb = blocks[pn / bs];
+		cp_async_wait1();
+		__syncthreads();
+		if (wpmax >= c * FA_CHUNK) {
+			float s[MT][8][4];
+#pragma unroll
+			for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+				for (int j = 0; j < 8; j++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) s[mt][j][e] = 0.0f;
+#pragma unroll
+			for (int dc = 0; dc < DC; dc++) {
+				u32 qa[MT][4];
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++) ldsm_x4(qa[mt], qs + (mt * 16 + (lane & 15)) * LD + dc * 16 + (lane >> 4) * 8);
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					u32 kb[4];
+					ldsm_x4(kb, ks + (16 * i + ((lane >> 4) & 1) * 8 + (lane & 7)) * LD + dc * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+					for (int mt = 0; mt < MT; mt++) {
+						uint4 a = fa_frag(qa[mt]);
+						mma_bf16(s[mt][2 * i], a, kb[0], kb[1]);
+						mma_bf16(s[mt][2 * i + 1], a, kb[2], kb[3]);
+					}
+				}
+			}
+			bool masked = c * FA_CHUNK + FA_CHUNK - 1 > wpmin; // some row of the warp ends inside the chunk
+			u32 pa[MT][4][4];
+			float fa[MT][2], fb[MT][2];
+#pragma unroll
+			for (int mt = 0; mt < MT; mt++) {
+				float mx[2] = {ninf, ninf}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+				for (int j = 0; j < 8; j++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						float v = s[mt][j][e] * scale;
+						if (masked && c * FA_CHUNK + 8 * j + 2 * qd + (e & 1) > prow[mt][e >> 1]) v = ninf;
+						s[mt][j][e] = v;
+						mx[e >> 1] = nanmax(mx[e >> 1], v);
+					}
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+					mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+				}
+#pragma unroll
+				for (int j = 0; j < 8; j++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						float pe = expf(s[mt][j][e] - mx[e >> 1]);
+						s[mt][j][e] = pe;
+						l[e >> 1] += pe;
+					}
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
+					l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
+				}
+#pragma unroll
+				for (int kc = 0; kc < 4; kc++) {
+					u32 t1, t2;
+					mma_terms(s[mt][2 * kc][0], s[mt][2 * kc][1], &pa[mt][kc][0], &t1, &t2);
+					mma_terms(s[mt][2 * kc][2], s[mt][2 * kc][3], &pa[mt][kc][1], &t1, &t2);
+					mma_terms(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1], &pa[mt][kc][2], &t1, &t2);
+					mma_terms(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3], &pa[mt][kc][3], &t1, &t2);
+				}
+#pragma unroll
+				for (int e2 = 0; e2 < 2; e2++) {
+					if (prow[mt][e2] < c * FA_CHUNK) continue; // no position of the row in the chunk
+					if (c == 0) {
+						M[mt][e2] = mx[e2], L[mt][e2] = l[e2];
+					} else {
+						fa_weights(&M[mt][e2], mx[e2], &fa[mt][e2], &fb[mt][e2]);
+						L[mt][e2] = fa_mix(L[mt][e2], fa[mt][e2], l[e2], fb[mt][e2]);
+					}
+				}
+			}
+#pragma unroll
+			for (int dp = 0; dp < NT / 2; dp++) {
+				float o[MT][2][4];
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int h2 = 0; h2 < 2; h2++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) o[mt][h2][e] = 0.0f;
+#pragma unroll
+				for (int kc = 0; kc < 4; kc++) {
+					u32 vb[4];
+					ldsm_x4_t(vb, vs + (16 * kc + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + 16 * dp + ((lane >> 4) & 1) * 8);
+#pragma unroll
+					for (int mt = 0; mt < MT; mt++) {
+						uint4 a = fa_frag(pa[mt][kc]);
+						mma_bf16(o[mt][0], a, vb[0], vb[1]);
+						mma_bf16(o[mt][1], a, vb[2], vb[3]);
+					}
+				}
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int h2 = 0; h2 < 2; h2++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) {
+							int e2 = e >> 1, nn = 2 * dp + h2;
+							if (prow[mt][e2] < c * FA_CHUNK) continue;
+							oacc[mt][nn][e] = c == 0 ? o[mt][h2][e] : fa_mix(oacc[mt][nn][e], fa[mt][e2], o[mt][h2][e], fb[mt][e2]);
+						}
+			}
+		}
+		// Chunk c + 2's rows into rows[b] (its last reader, chunk c's copy,
+		// was issued before this round's first barrier).
+		if (tid < FA_CHUNK) {
+			int p = (c + 2) * FA_CHUNK + tid;
+			rows[b][tid] = p <= pmax ? ((blocks ? (i64)tb * bs + p % bs : (i64)p) * KVH + kh) * DH : -1;
+		}
+	}
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+		for (int e2 = 0; e2 < 2; e2++) {
+			if (prow[mt][e2] < 0) continue;
+			float *ov = out + ((i64)(t0 + wfirst + mt * R + (g + 8 * e2) / G) * H + hrow[e2]) * DH;
+#pragma unroll
+			for (int nn = 0; nn < NT; nn++) {
+				ov[8 * nn + 2 * qd] = __fdiv_rn(oacc[mt][nn][2 * e2], L[mt][e2]);
+				ov[8 * nn + 2 * qd + 1] = __fdiv_rn(oacc[mt][nn][2 * e2 + 1], L[mt][e2]);
+			}
+		}
+}
+
+#define FP_PARAMS                                                                                                     \
+	float *out, const float *q, const u8 *kp, const u8 *vp, const int *tables, int stride, const int *seq,           \
+	    const int *pos, const int *work, int bs, int H, int KVH, float scale
+#define FP_ARGS out, q, kp, vp, tables, stride, seq, pos, work, bs, H, KVH, scale
+
+// lb_flash_prefill_d<head dim>_q1: 4 warps of 2 m-tiles.
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1(FP_PARAMS) { fp_run<64>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1(FP_PARAMS) { fp_run<128>(FP_ARGS); }
