@@ -18,8 +18,9 @@ import (
 // BenchmarkKernels times single kernels of the Qwen3-8B shape on the
 // device, each replayed from a graph of 20 launches (so launch overhead is
 // out), beside the copy roofline measured in the same run: the BF16 GEMV
-// of the q/o (4096×4096) and gate/up (12288×4096) projections and the
-// lm_head (151936×4096), decode attention over 1,024 and 8,192 positions
+// of the q/o (4096×4096), gate/up (12288×4096) and down (4096×12288)
+// projections and the lm_head (151936×4096), the GEMV of 8, 16 and 32
+// tokens on the projections (lb_mma_gemv against lb_mma_gemv_wide), decode attention over 1,024 and 8,192 positions
 // (32 heads, 8 KV heads, head_dim 128, BF16 cache); and beside PyTorch in
 // the same call: prefill GEMMs and causal prefill attention.
 //
@@ -95,6 +96,35 @@ func BenchmarkKernels(b *testing.B) {
 		b.Run(fmt.Sprintf("gemv-bf16/%dx%d", sh.out, sh.in), func(b *testing.B) {
 			timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
 		})
+		d.Free(dw.Data)
+		d.Free(x)
+		d.Free(y)
+	}
+	// The decode GEMV of a batch (T tokens, one step of T sequences) on the
+	// same shapes: lb_mma_gemv forced beside lb_mma_gemv_wide (the default
+	// from mmaWideFrom tokens on sm_90), the same bits; bytes = the weight's.
+	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {4096, 12288}} {
+		w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
+		dw, err := d.UploadWeight(w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		const maxT = 32
+		x, _ := d.Alloc(4 * maxT * sh.in)
+		y, _ := d.Alloc(4 * maxT * sh.out)
+		d.Upload(x, asBytes(randF32(maxT*sh.in), maxT*sh.in))
+		for _, T := range []int{8, 16, 32} {
+			for _, v := range []struct {
+				name string
+				from int
+			}{{"lb_mma_gemv", mmaGemvTokens + 1}, {"lb_mma_gemv_wide", 1}} {
+				b.Run(fmt.Sprintf("gemv-bf16/%s/T=%d/%dx%d", v.name, T, sh.out, sh.in), func(b *testing.B) {
+					defer func(f int) { mmaWideFrom = f }(mmaWideFrom)
+					mmaWideFrom = v.from
+					timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, float64(len(w.Data)))
+				})
+			}
+		}
 		d.Free(dw.Data)
 		d.Free(x)
 		d.Free(y)

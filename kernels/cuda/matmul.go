@@ -35,11 +35,29 @@ const (
 	// mmaGemvShared bounds lb_mma_gemv's shared memory (an H100/H200 block
 	// may take 227 KB).
 	mmaGemvShared = 200 << 10
-	// mmaGemvTokens is the most tokens lb_mma_gemv takes; more go to
-	// lb_mma_gemm. Both give the same bits, so the cutoff is a matter of
-	// speed only.
+	// mmaGemvTokens is the most tokens the GEMVs take; more go to
+	// lb_mma_gemm. Every kernel gives the same bits, so the cutoffs are a
+	// matter of speed only.
 	mmaGemvTokens = 32
+	// lb_mma_gemv_wide (matmul_mma_wide.cu): blocks of mmaWideRows rows in
+	// clusters of mmaWideSplit along the grid's y, a block's shared memory
+	// its stages (MMA_WIDE_STAGES · MMA_WIDE_KC chunks of 8 tiles and 4
+	// groups' terms) plus its spans' sums (4 KB a span and token group), at
+	// most what an sm_90 block may take (227 KB).
+	mmaWideRows      = 128
+	mmaWideSplit     = 8
+	mmaWideStages    = 4 * 4 * (8*512 + mmaGemvGroups*768)
+	mmaWideMaxShared = 227 << 10
 )
+
+// mmaWideFrom is the fewest tokens lb_mma_gemv_wide takes (on sm_90 and
+// later, up to mmaGemvTokens; fewer go to lb_mma_gemv). From 9 tokens (two
+// groups of 8) lb_mma_gemv reads 3 or more bytes of activation terms from
+// L2 a byte of weights (1.5 at one group, 0.19 at a single token, whose
+// lanes past T load nothing), where lb_mma_gemv_wide reads 0.375 to 0.75:
+// below 9 lb_mma_gemv is near the weights' stream already, and needs no
+// cluster barrier. Tests and benchmarks set it to force either kernel.
+var mmaWideFrom = 9
 
 // usesMMA reports whether a weight runs on the tensor-core kernels: BF16
 // weights with float32 activations.
@@ -193,8 +211,9 @@ func (k *K) SiLUMulTerms(t Terms, gate, up Buf, D int) error {
 }
 
 // MatMulTerms runs tiled weights ws (In = t.In) on the input t: lb_mma_gemv
-// (up to three weights a launch) up to mmaGemvTokens tokens, else
-// lb_mma_gemm; every kernel gives the same bits.
+// or, from mmaWideFrom tokens on sm_90, lb_mma_gemv_wide (up to three
+// weights a launch) up to mmaGemvTokens tokens, else lb_mma_gemm; every
+// kernel gives the same bits.
 func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	d := k.d
 	if len(ys) != len(ws) {
@@ -221,6 +240,13 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
+	if T >= mmaWideFrom && d.Major >= 9 {
+		shared := mmaWideStages + (spans+mmaWideSplit-1)/mmaWideSplit*t.groups*4096
+		if shared <= mmaWideMaxShared {
+			return k.gemvLaunches(ys, ws, "lb_mma_gemv_wide", mmaWideRows, mmaWideSplit, shared,
+				ptrArg(t.buf.ptr), intArg(T), intArg(in))
+		}
+	}
 	// Token groups a block: as many as shared memory holds next to the
 	// weight slots, up to mmaGemvGroups (a span's sums take 512 bytes a
 	// group).
@@ -229,14 +255,14 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if slots+spans*gpb*512 > mmaGemvShared {
 		return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-slots)/512*mmaSpan*16)
 	}
-	return k.gemvLaunches(ys, ws, "lb_mma_gemv", (t.groups+gpb-1)/gpb, slots+spans*gpb*512,
+	return k.gemvLaunches(ys, ws, "lb_mma_gemv", 16, (t.groups+gpb-1)/gpb, slots+spans*gpb*512,
 		ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb))
 }
 
 // gemvLaunches launches GEMV kernel name over weights ws, up to three a
-// launch (their row tiles side by side along the grid's x), with the
-// kernel's remaining arguments rest.
-func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, gridY, shared int, rest ...arg) error {
+// launch (their blocks of rows rows side by side along the grid's x), with
+// the kernel's remaining arguments rest.
+func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, rows, gridY, shared int, rest ...arg) error {
 	for len(ws) > 0 {
 		n := min(3, len(ws))
 		var args []arg
@@ -244,7 +270,7 @@ func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, gridY, shared int,
 		for i := range 3 {
 			if i < n {
 				args = append(args, ptrArg(ys[i].ptr), ptrArg(ws[i].Data.ptr), intArg(ws[i].Out))
-				tiles += (ws[i].Out + 15) / 16
+				tiles += (ws[i].Out + rows - 1) / rows
 			} else {
 				args = append(args, ptrArg(0), ptrArg(0), intArg(0))
 			}

@@ -125,6 +125,14 @@ func matmulCases() []testCase {
 	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 97, out: 72, in: 528})
 	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 150, out: 300, in: 272})
 	add(matmulCase{f: kernels.WeightNVFP4, act: kernels.ActNVFP4, T: 33, out: 1040, in: 64})
+	// Each side of the CUDA decode GEMVs' cutoffs (lb_mma_gemv up to 8
+	// tokens, lb_mma_gemv_wide from 9 to 32, lb_mma_gemm from 33), with
+	// token groups of 1 to 4 and spans split unevenly over lb_mma_gemv_wide's
+	// cluster of 8 blocks (10 and 17 spans).
+	for _, T := range []int{8, 9, 10, 16, 24, 25, 31, 32, 33, 34} {
+		add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: T, out: 136, in: 2320})
+	}
+	add(matmulCase{f: kernels.WeightBF16, act: kernels.ActNone, T: 32, out: 300, in: 4112})
 	add(matmulCase{f: kernels.WeightFP8Block, act: kernels.ActFP8Group128, T: 17, out: 272, in: 1152})
 
 	cases := make([]testCase, len(ms))

@@ -29,11 +29,14 @@
 // spans of MMA_SPAN chunks of 16; within a span, chunk by chunk in order,
 // the hi, mid and lo products accumulate in that order into a float32
 // fragment that starts at 0; the spans' sums are then added in order to 0.
-// lb_mma_gemv (up to 32 tokens: one block a row tile, its warps taking
-// spans in turn, the spans added from shared memory) and lb_mma_gemm (more
-// tokens: one warp a 32-row × 32-token tile over every span, the spans
-// added in registers) both follow it, so y[t, o] depends
-// only on x[t], w[o] and in: not on T, the batch, or which kernel ran.
+// lb_mma_gemv (up to 8 tokens: one block a row tile, its warps taking
+// spans in turn, the spans added from shared memory), lb_mma_gemv_wide
+// (matmul_mma_wide.cu, 9 to 32 tokens: a cluster of 8 blocks a 128-row
+// block, the spans split over the blocks and added through distributed
+// shared memory) and lb_mma_gemm (more tokens: one warp a 32-row ×
+// 32-token tile over every span, the spans added in registers) all follow
+// it, so y[t, o] depends only on x[t], w[o] and in: not on T, the batch,
+// or which kernel ran.
 #define MMA_SPAN 16
 #define MMA_ROW_PAD 128
 #define MMA_TOK_PAD 128
@@ -115,17 +118,17 @@ __device__ __forceinline__ void mma_span(float *acc, const uint4 *slot, int nch,
 }
 
 // mma_pick finds which of up to three weights of the same input (their
-// row tiles one after the other along blockIdx.x) row tile *m belongs to,
-// and makes *m its tile within that weight.
-__device__ __forceinline__ void mma_pick(int *m, float **y, const uint4 **w, int *out, float *y0, const uint4 *w0,
-                                         int out0, float *y1, const uint4 *w1, int out1, float *y2, const uint4 *w2,
-                                         int out2) {
+// blocks of rows rows one after the other along blockIdx.x) block *m
+// belongs to, and makes *m its block within that weight.
+__device__ __forceinline__ void mma_pick(int *m, int rows, float **y, const uint4 **w, int *out, float *y0,
+                                         const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                                         const uint4 *w2, int out2) {
 	*y = y0, *w = w0, *out = out0;
-	if (*m >= (out0 + 15) / 16) {
-		*m -= (out0 + 15) / 16;
+	if (*m >= (out0 + rows - 1) / rows) {
+		*m -= (out0 + rows - 1) / rows;
 		*y = y1, *w = w1, *out = out1;
-		if (*m >= (out1 + 15) / 16) {
-			*m -= (out1 + 15) / 16;
+		if (*m >= (out1 + rows - 1) / rows) {
+			*m -= (out1 + rows - 1) / rows;
 			*y = y2, *w = w2, *out = out2;
 		}
 	}
@@ -149,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
 	const uint4 *w;
-	mma_pick(&m, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
+	mma_pick(&m, 16, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
 	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
 	uint4 *slots = smem + wi * 2 * MMA_SPAN * 32;
 	float *part = (float *)(smem + MMA_GEMV_WARPS * 2 * MMA_SPAN * 32);
