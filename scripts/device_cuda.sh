@@ -61,9 +61,9 @@ for size in qwen3-0.6b qwen3-8b; do
 done
 
 if [ -n "${NCU:-}" ]; then
-	echo "== Nsight Compute: one launch each of the decode GEMV, the prefill GEMM and prefill attention"
+	echo "== Nsight Compute: one launch each of the decode GEMV and the BF16 prefill and decode attention"
 	ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-	for k in "lb_mma_gemv gemv-bf16/4096x4096" "lb_mma_gemm gemm-bf16/lb_mma_gemm/T=1024/4096x4096" "lb_flash_d128_k1_whole attention-prefill/T=1024" "lb_flash_d128_k1_split attention-decode/ctx=8192"; do
+	for k in ${NCU_KERNELS:-"lb_mma_gemv gemv-bf16/4096x4096" "lb_flash_prefill_d128_q1 attention-prefill-bf16/T=8192" "lb_flash_decode_d128 attention-decode/seqs=32/ctx=8192"}; do
 		set -- $k
 		(cd kernels/cuda && timeout 120 "$ncu" --clock-control none --kernel-name "$1" --launch-skip 3 --launch-count 1 \
 			--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
