@@ -39,14 +39,16 @@ const (
 	// lb_mma_gemm. Every kernel gives the same bits, so the cutoffs are a
 	// matter of speed only.
 	mmaGemvTokens = 32
-	// lb_mma_gemv_wide (matmul_mma_wide.cu): blocks of mmaWideRows rows in
-	// clusters of mmaWideSplit along the grid's y, a block's shared memory
-	// its stages (MMA_WIDE_STAGES · MMA_WIDE_KC chunks of 8 tiles and 4
-	// groups' terms) plus its spans' sums (4 KB a span and token group), at
-	// most what an sm_90 block may take (227 KB).
+	// lb_mma_gemv_wide (matmul_mma_wide.cu): blocks of mmaWideThreads
+	// threads on mmaWideRows rows in clusters of mmaWideSplit along the
+	// grid's y, a block's shared memory its stages (MMA_WIDE_STAGES ·
+	// MMA_WIDE_KC chunks of 8 tiles and 4 groups' terms) plus its spans'
+	// sums (4 KB a span and token group), at most what an sm_90 block may
+	// take (227 KB).
 	mmaWideRows      = 128
+	mmaWideThreads   = 128
 	mmaWideSplit     = 8
-	mmaWideStages    = 4 * 4 * (8*512 + mmaGemvGroups*768)
+	mmaWideStages    = 3 * 2 * (8*512 + mmaGemvGroups*768)
 	mmaWideMaxShared = 227 << 10
 )
 
@@ -54,10 +56,25 @@ const (
 // later, up to mmaGemvTokens; fewer go to lb_mma_gemv). From 9 tokens (two
 // groups of 8) lb_mma_gemv reads 3 or more bytes of activation terms from
 // L2 a byte of weights (1.5 at one group, 0.19 at a single token, whose
-// lanes past T load nothing), where lb_mma_gemv_wide reads 0.375 to 0.75:
-// below 9 lb_mma_gemv is near the weights' stream already, and needs no
-// cluster barrier. Tests and benchmarks set it to force either kernel.
+// lanes past T load nothing), where lb_mma_gemv_wide reads 0.375 to 0.75.
+// Measured on the H200 (of the copy rate, lb_mma_gemv / lb_mma_gemv_wide,
+// 4096×4096, 12288×4096, 4096×12288): T=8 0.57/0.46, 0.56/0.62,
+// 0.59/0.55; T=16 0.37/0.42, 0.38/0.48, 0.39/0.31; T=32 0.22/0.34,
+// 0.23/0.41, 0.12/0.21. So lb_mma_gemv keeps 8 tokens and fewer, and
+// 9-16 tokens on inputs of more than 32 spans (the down projection: 6
+// spans' sums a block leave room for one block an SM). Tests and
+// benchmarks set mmaWideFrom (1: lb_mma_gemv_wide for every T, whatever
+// the input; above mmaGemvTokens: never).
 var mmaWideFrom = 9
+
+// useWide reports whether lb_mma_gemv_wide runs T tokens on an input of
+// spans spans.
+func (k *K) useWide(T, spans int) bool {
+	if k.d.Major < 9 || T < mmaWideFrom {
+		return false
+	}
+	return mmaWideFrom == 1 || T > 16 || spans <= 4*mmaWideSplit
+}
 
 // usesMMA reports whether a weight runs on the tensor-core kernels: BF16
 // weights with float32 activations.
@@ -240,10 +257,10 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
-	if T >= mmaWideFrom && d.Major >= 9 {
+	if k.useWide(T, spans) {
 		shared := mmaWideStages + (spans+mmaWideSplit-1)/mmaWideSplit*t.groups*4096
 		if shared <= mmaWideMaxShared {
-			return k.gemvLaunches(ys, ws, "lb_mma_gemv_wide", mmaWideRows, mmaWideSplit, shared,
+			return k.gemvLaunches(ys, ws, "lb_mma_gemv_wide", mmaWideRows, mmaWideThreads, mmaWideSplit, shared,
 				ptrArg(t.buf.ptr), intArg(T), intArg(in))
 		}
 	}
@@ -255,14 +272,14 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if slots+spans*gpb*512 > mmaGemvShared {
 		return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-slots)/512*mmaSpan*16)
 	}
-	return k.gemvLaunches(ys, ws, "lb_mma_gemv", 16, (t.groups+gpb-1)/gpb, slots+spans*gpb*512,
+	return k.gemvLaunches(ys, ws, "lb_mma_gemv", 16, 32*mmaGemvWarps, (t.groups+gpb-1)/gpb, slots+spans*gpb*512,
 		ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb))
 }
 
 // gemvLaunches launches GEMV kernel name over weights ws, up to three a
-// launch (their blocks of rows rows side by side along the grid's x), with
-// the kernel's remaining arguments rest.
-func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, rows, gridY, shared int, rest ...arg) error {
+// launch (their blocks of rows rows side by side along the grid's x) in
+// blocks of threads threads, with the kernel's remaining arguments rest.
+func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, rows, threads, gridY, shared int, rest ...arg) error {
 	for len(ws) > 0 {
 		n := min(3, len(ws))
 		var args []arg
@@ -275,7 +292,7 @@ func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, rows, gridY, share
 				args = append(args, ptrArg(0), ptrArg(0), intArg(0))
 			}
 		}
-		if err := k.d.launch(name, [3]int{tiles, gridY, 1}, [3]int{32 * mmaGemvWarps, 1, 1}, shared, append(args, rest...)...); err != nil {
+		if err := k.d.launch(name, [3]int{tiles, gridY, 1}, [3]int{threads, 1, 1}, shared, append(args, rest...)...); err != nil {
 			return err
 		}
 		ys, ws = ys[n:], ws[n:]
