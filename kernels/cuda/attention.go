@@ -22,21 +22,27 @@ type Batch struct {
 
 // AttentionPlan is the host side of a batch's attention launch. The
 // tensor-core kernels (attention_mma.cu: Flash) run when the head dim and
-// the query-head group allow; Split spreads a token's chunks over blocks
-// and merges them (flash-decoding: few tokens), otherwise a block runs a
-// tile's whole context. The choice changes no result: every mode follows
-// the same fold.
+// the query-head group allow. A token runs in one of two modes: whole (a
+// block runs a tile's whole context) or split (flash-decoding: a token's
+// chunks spread over blocks, then merged). Small batches (decode steps)
+// run split; in large ones, the runs that fit one split tile (the decode
+// rows beside a prompt chunk) run split and the rest whole. The choice
+// changes no result: every mode follows the same fold.
 type AttentionPlan struct {
-	Flash, Split bool
-	PartOff      []int32 // token t's first partial: a prefix sum of its chunk counts
-	Parts        int     // partials in all (0 when nothing is split)
-	Work         []int32 // Flash: (first token, tokens) a block
-	Warps        int     // Flash: warps a block
-	Z            int     // Split: blocks a tile's chunks are spread over
-	// BF16Work is how many of Work's first blocks hold the tokens below
-	// PlanAttentionBF16's bf16 (their q and P as one BF16 term: the _q1
+	Flash   bool
+	Split   bool    // some tokens run split
+	PartOff []int32 // token t's first partial (a prefix sum of the split tokens' chunk counts); −1: a whole-mode token
+	Parts   int     // partials in all (0 when nothing is split)
+	// Work holds (first token, tokens) a block: the Whole blocks of the
+	// whole mode (Warps warps each) first, then the split mode's tiles
+	// (one warp's 16 rows each). In each, the blocks of tokens below
+	// PlanAttentionBF16's bf16 come first: BF16Work whole blocks and
+	// SplitBF16 split tiles (their q and P as one BF16 term: the _q1
 	// kernels).
-	BF16Work int
+	Work                       []int32
+	Whole, BF16Work, SplitBF16 int
+	Warps                      int // a whole-mode block's warps
+	Z                          int // Split: blocks a tile's chunks are spread over
 }
 
 // flashChunk is FA_CHUNK of attention_mma.cu.
@@ -95,53 +101,96 @@ func PlanAttentionBF16(seq, pos []int32, H int, p *KVPool, ctx, bf16 int) Attent
 		return AttentionPlan{PartOff: off, Parts: parts}
 	}
 	pl := AttentionPlan{Flash: true, Warps: 4}
-	pl.PartOff = make([]int32, len(pos))
-	if len(pos) <= flashSplitTokens {
-		for t, q := range pos {
-			pl.PartOff[t] = int32(pl.Parts)
-			pl.Parts += int(q)/flashChunk + 1
-		}
-		// Long contexts in a large batch would need more partials than
-		// the device should set aside; those batches run whole.
-		if 4*pl.Parts*H*(p.HeadDim+2) <= flashMaxPartials {
-			pl.Split, pl.Warps = true, 1
-			pl.Z = min(flashMaxZ, max(1, (ctx+flashChunk-1)/flashChunk)) // a block a chunk
-		} else {
-			pl.Parts = 0
-			clear(pl.PartOff)
-		}
-	}
-	per := pl.Warps * (16 / (H / p.KVHeads)) // tokens a block
-	perBF16 := per
-	if !pl.Split && flashPrefillFits(p) {
-		perBF16 *= flashPrefillTiles // attention_mma_prefill.cu's blocks
-	}
+	R := 16 / (H / p.KVHeads) // tokens a tile
+	// Runs: a sequence's consecutive positions, broken where the BF16
+	// tokens end.
+	type run struct{ t, n int }
+	var runs []run
 	for t := 0; t < len(pos); {
-		run := 1
-		for t+run < len(pos) && t+run != bf16 && seq[t+run] == seq[t] && pos[t+run] == pos[t+run-1]+1 {
-			run++
+		n := 1
+		for t+n < len(pos) && t+n != bf16 && seq[t+n] == seq[t] && pos[t+n] == pos[t+n-1]+1 {
+			n++
 		}
-		per := per
-		if t < bf16 {
-			per = perBF16
-		}
-		for i := 0; i < run; i += per {
-			pl.Work = append(pl.Work, int32(t+i), int32(min(per, run-i)))
-			if t+i < bf16 {
-				pl.BF16Work++
+		runs = append(runs, run{t, n})
+		t += n
+	}
+	split := make([]bool, len(runs))
+	small := len(pos) <= flashSplitTokens
+	for i, r := range runs {
+		if small || (flashSplitRuns && r.n <= R) {
+			split[i] = true
+			for _, q := range pos[r.t : r.t+r.n] {
+				pl.Parts += int(q)/flashChunk + 1
 			}
 		}
-		t += run
 	}
-	if pl.Split && flashDecodeFits(p) {
-		// attention_mma_decode.cu's blocks run chunks z, z + Z, ... with
-		// the next one's copy in flight: about flashDecodeBlocks blocks
-		// in all, fewer chunks a block only where the batch is small.
-		tiles := len(pl.Work) / 2 * p.KVHeads
-		pl.Z = min(pl.Z, max(1, (flashDecodeBlocks+tiles-1)/tiles))
+	// Long contexts in a large batch would need more partials than the
+	// device should set aside: then every token runs whole.
+	if 4*pl.Parts*H*(p.HeadDim+2) > flashMaxPartials {
+		clear(split)
+		pl.Parts = 0
+	}
+	pl.PartOff = make([]int32, len(pos))
+	parts := 0
+	for i, r := range runs {
+		for t := r.t; t < r.t+r.n; t++ {
+			pl.PartOff[t] = -1
+			if split[i] {
+				pl.PartOff[t] = int32(parts)
+				parts += int(pos[t])/flashChunk + 1
+			}
+		}
+	}
+	per, perBF16 := pl.Warps*R, pl.Warps*R // tokens a whole-mode block
+	if flashPrefillFits(p) {
+		perBF16 *= flashPrefillTiles // attention_mma_prefill.cu's blocks
+	}
+	for _, splitPass := range []bool{false, true} {
+		for i, r := range runs {
+			if split[i] != splitPass {
+				continue
+			}
+			n := per
+			switch {
+			case splitPass:
+				n = R
+			case r.t < bf16:
+				n = perBF16
+			}
+			for j := 0; j < r.n; j += n {
+				pl.Work = append(pl.Work, int32(r.t+j), int32(min(n, r.n-j)))
+				switch {
+				case r.t >= bf16:
+				case splitPass:
+					pl.SplitBF16++
+				default:
+					pl.BF16Work++
+				}
+			}
+		}
+		if !splitPass {
+			pl.Whole = len(pl.Work) / 2
+		}
+	}
+	if tiles := len(pl.Work)/2 - pl.Whole; tiles > 0 {
+		pl.Split = true
+		pl.Z = min(flashMaxZ, max(1, (ctx+flashChunk-1)/flashChunk)) // a block a chunk
+		if flashDecodeFits(p) {
+			// attention_mma_decode.cu's blocks run chunks z, z + Z, ...
+			// with the next one's copy in flight: about flashDecodeBlocks
+			// blocks in all, fewer chunks a block only where there are
+			// few tiles.
+			pl.Z = min(pl.Z, max(1, (flashDecodeBlocks+tiles*p.KVHeads-1)/(tiles*p.KVHeads)))
+		}
 	}
 	return pl
 }
+
+// flashSplitRuns lets a large batch's runs that fit one tile (decode
+// tokens beside a prompt chunk) run split; off, a large batch runs whole
+// (a block of 4 warps streams such a token's context alone). The same
+// bits either way (TestFlashVariants).
+var flashSplitRuns = true
 
 // flashDecode picks attention_mma_decode.cu's kernels for the split mode
 // where they exist (a BF16 cache, head dims 64 and 128): the same bits as
@@ -231,53 +280,14 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 		}
 	}
 	if pl.Flash {
-		terms, mode, z := 3, "whole", 1
-		if p.DType == kernels.KVBF16 {
-			terms = 1
-		}
-		if pl.Split {
-			mode, z = "split", pl.Z
-		}
-		// Pipelined copies (_p) where the variant exists: a BF16 cache,
-		// head dims 64 and 128.
-		pipe, kvBufs := "", 1
-		if flashPipelined && terms == 1 && (p.HeadDim == 64 || p.HeadDim == 128) {
-			pipe, kvBufs = "_p", 2
-		}
-		if pl.Split && flashDecodeFits(p) {
-			return k.flashDecode(out, q, parts, p, b, T, H, scale)
-		}
-		name := fmt.Sprintf("lb_flash_d%d_k%d_%s", p.HeadDim, terms, mode)
-		// The BF16 blocks first (the _q1 kernel), then the others.
-		for _, part := range []struct {
-			suffix      string
-			qterms      int
-			first, last int
-		}{{"_q1", 1, 0, pl.BF16Work}, {"", 3, pl.BF16Work, len(pl.Work) / 2}} {
-			if part.last == part.first {
-				continue
-			}
-			if part.suffix == "_q1" && !pl.Split && flashPrefillFits(p) {
-				if err := k.flashPrefill(out, q, p, b, part.first, part.last, H, scale); err != nil {
-					return err
-				}
-				continue
-			}
-			qterms := 3 // the default kernels stage all three
-			if pipe != "" {
-				qterms = part.qterms
-			}
-			shmem := (pl.Warps*qterms*16 + kvBufs*2*terms*flashChunk) * (p.HeadDim + 8) * 2
-			if err := k.d.launch(name+part.suffix+pipe, [3]int{part.last - part.first, p.KVHeads, z}, [3]int{32 * pl.Warps, 1, 1}, shmem,
-				ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)),
-				f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
-				ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), ptrArg(b.Work.Slice(8*part.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H),
-				intArg(p.KVHeads), f32Arg(scale)); err != nil {
-				return err
-			}
+		if err := k.flashWhole(out, q, p, b, H, scale); err != nil {
+			return err
 		}
 		if !pl.Split {
 			return nil
+		}
+		if err := k.flashSplit(q, parts, p, b, H, scale); err != nil {
+			return err
 		}
 		return k.d.launch("lb_flash_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
 			ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))
@@ -292,39 +302,87 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 		ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))
 }
 
-// flashPrefill runs Work blocks first .. last (BF16 rows, whole mode) on
-// attention_mma_prefill.cu's kernel.
-func (k *K) flashPrefill(out, q Buf, p *KVPool, b *Batch, first, last, H int, scale float32) error {
-	ld := p.HeadDim + 8
-	shmem := (4*flashPrefillTiles*16*ld + 4*flashChunk*ld) * 2
-	return k.d.launch(fmt.Sprintf("lb_flash_prefill_d%d_q1", p.HeadDim), [3]int{last - first, p.KVHeads, 1}, [3]int{128, 1, 1}, shmem,
-		ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
-		ptrArg(b.Pos.ptr), ptrArg(b.Work.Slice(8*first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale))
+// flashRange is a range [first, last) of a plan's Work blocks and the
+// suffix of its kernels (_q1 for BF16 q and P).
+type flashRange struct {
+	suffix      string
+	qterms      int
+	first, last int
 }
 
-// flashDecode runs the split mode on attention_mma_decode.cu's kernels
-// (the BF16 blocks on the _q1 one), then merges.
-func (k *K) flashDecode(out, q, parts Buf, p *KVPool, b *Batch, T, H int, scale float32) error {
+// flashWhole runs the plan's whole-mode blocks: the BF16 ones on
+// attention_mma_prefill.cu's kernel where it serves, the others on
+// attention_mma.cu's.
+func (k *K) flashWhole(out, q Buf, p *KVPool, b *Batch, H int, scale float32) error {
 	pl := &b.Plan
-	for _, part := range []struct {
-		suffix      string
-		qterms      int
-		first, last int
-	}{{"_q1", 1, 0, pl.BF16Work}, {"", 3, pl.BF16Work, len(pl.Work) / 2}} {
-		if part.last == part.first {
+	for _, r := range []flashRange{{"_q1", 1, 0, pl.BF16Work}, {"", 3, pl.BF16Work, pl.Whole}} {
+		if r.last == r.first {
 			continue
 		}
 		ld := p.HeadDim + 8
-		shmem := (part.qterms*16*ld + 4*flashChunk*ld + part.qterms*16*(flashChunk+8)) * 2
-		if err := k.d.launch(fmt.Sprintf("lb_flash_decode_d%d%s", p.HeadDim, part.suffix), [3]int{part.last - part.first, p.KVHeads, pl.Z},
-			[3]int{128, 1, 1}, shmem, ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr),
-			intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr),
-			ptrArg(b.Work.Slice(8*part.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale)); err != nil {
+		if r.suffix == "_q1" && flashPrefillFits(p) {
+			shmem := (4*flashPrefillTiles*16*ld + 4*flashChunk*ld) * 2
+			if err := k.d.launch(fmt.Sprintf("lb_flash_prefill_d%d_q1", p.HeadDim), [3]int{r.last - r.first, p.KVHeads, 1}, [3]int{128, 1, 1}, shmem,
+				ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
+				ptrArg(b.Pos.ptr), ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := k.flashMMA(out, Buf{}, q, p, b, H, scale, r, "whole", pl.Warps, 1); err != nil {
 			return err
 		}
 	}
-	return k.d.launch("lb_flash_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
-		ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))
+	return nil
+}
+
+// flashSplit runs the plan's split-mode tiles into the partials: on
+// attention_mma_decode.cu's kernels where they serve (four warps a chunk),
+// else on attention_mma.cu's (a warp a block).
+func (k *K) flashSplit(q, parts Buf, p *KVPool, b *Batch, H int, scale float32) error {
+	pl := &b.Plan
+	s := pl.Whole + pl.SplitBF16
+	for _, r := range []flashRange{{"_q1", 1, pl.Whole, s}, {"", 3, s, len(pl.Work) / 2}} {
+		if r.last == r.first {
+			continue
+		}
+		if !flashDecodeFits(p) {
+			if err := k.flashMMA(Buf{}, parts, q, p, b, H, scale, r, "split", 1, pl.Z); err != nil {
+				return err
+			}
+			continue
+		}
+		ld := p.HeadDim + 8
+		shmem := (r.qterms*16*ld + 4*flashChunk*ld + r.qterms*16*(flashChunk+8)) * 2
+		if err := k.d.launch(fmt.Sprintf("lb_flash_decode_d%d%s", p.HeadDim, r.suffix), [3]int{r.last - r.first, p.KVHeads, pl.Z},
+			[3]int{128, 1, 1}, shmem, ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr),
+			intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr),
+			ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flashMMA launches attention_mma.cu's kernel of mode ("whole" or
+// "split") on Work blocks r of warps warps, z blocks a tile.
+func (k *K) flashMMA(out, parts, q Buf, p *KVPool, b *Batch, H int, scale float32, r flashRange, mode string, warps, z int) error {
+	terms := 3
+	if p.DType == kernels.KVBF16 {
+		terms = 1
+	}
+	// Pipelined copies (_p) where the variant exists: a BF16 cache, head
+	// dims 64 and 128.
+	pipe, kvBufs, qterms := "", 1, 3 // the default kernels stage all three q terms
+	if flashPipelined && terms == 1 && (p.HeadDim == 64 || p.HeadDim == 128) {
+		pipe, kvBufs, qterms = "_p", 2, r.qterms
+	}
+	shmem := (warps*qterms*16 + kvBufs*2*terms*flashChunk) * (p.HeadDim + 8) * 2
+	return k.d.launch(fmt.Sprintf("lb_flash_d%d_k%d_%s%s%s", p.HeadDim, terms, mode, r.suffix, pipe), [3]int{r.last - r.first, p.KVHeads, z},
+		[3]int{32 * warps, 1, 1}, shmem, ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr),
+		intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
+		ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H),
+		intArg(p.KVHeads), f32Arg(scale))
 }
 
 // Attention: out [T, H, Dh] over positions start..start+T-1 of one

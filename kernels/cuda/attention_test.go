@@ -31,8 +31,8 @@ func TestPlanAttention(t *testing.T) {
 		// Three sequences, one token each: split, a block a token, Z from
 		// the tables' reach, partials a prefix sum of p/64 + 1.
 		pl := PlanAttention([]int32{0, 1, 2}, []int32{0, 64, 200}, 32, pool(8, 128), 1024)
-		if !pl.Flash || !pl.Split || pl.Warps != 1 || pl.Z != 16 {
-			t.Fatalf("plan %+v, want flash, split, 1 warp, Z 16", pl)
+		if !pl.Flash || !pl.Split || pl.Whole != 0 || pl.Z != 16 {
+			t.Fatalf("plan %+v, want flash, all split, Z 16", pl)
 		}
 		if !slices.Equal(pl.Work, []int32{0, 1, 1, 1, 2, 1}) || !slices.Equal(pl.PartOff, []int32{0, 1, 3}) || pl.Parts != 7 {
 			t.Fatalf("work %v, partOff %v, parts %d", pl.Work, pl.PartOff, pl.Parts)
@@ -40,13 +40,14 @@ func TestPlanAttention(t *testing.T) {
 	})
 	t.Run("prefill", func(t *testing.T) {
 		// 150 tokens of one sequence, then 3 of another, then 2 that jump
-		// a position: whole, blocks of 4 warps x 16/G tokens that never
-		// cross a sequence or a gap.
+		// a position: the long run whole, in blocks of 4 warps x 16/G
+		// tokens; the runs that fit a tile (4 tokens) split, one tile each
+		// (a block never crosses a sequence or a gap), with partials.
 		seq := append(slices.Repeat([]int32{0}, 150), 1, 1, 1, 2, 2)
 		pos := append(append(positions(0, 150), positions(10, 3)...), 5, 7)
 		pl := PlanAttention(seq, pos, 32, pool(8, 128), 4096)
-		if !pl.Flash || pl.Split || pl.Warps != 4 || pl.Parts != 0 {
-			t.Fatalf("plan %+v, want flash, whole, 4 warps, no partials", pl)
+		if !pl.Flash || !pl.Split || pl.Warps != 4 || pl.Whole != 10 || pl.Parts != 5 {
+			t.Fatalf("plan %+v, want flash, 10 whole blocks of 4 warps, 5 partials", pl)
 		}
 		var want []int32
 		for t := 0; t < 150; t += 16 {
@@ -55,6 +56,29 @@ func TestPlanAttention(t *testing.T) {
 		want = append(want, 150, 3, 153, 1, 154, 1)
 		if !slices.Equal(pl.Work, want) {
 			t.Fatalf("work %v, want %v", pl.Work, want)
+		}
+		wantOff := append(slices.Repeat([]int32{-1}, 150), 0, 1, 2, 3, 4)
+		if !slices.Equal(pl.PartOff, wantOff) {
+			t.Fatalf("partOff %v, want %v", pl.PartOff, wantOff)
+		}
+	})
+	t.Run("mixed", func(t *testing.T) {
+		// A prompt chunk of 200 BF16 tokens beside decode tokens of three
+		// sequences (float32): the chunk whole on attention_mma_prefill.cu's
+		// 32-token blocks, the decode tokens split, the partials theirs.
+		seq := append(make([]int32, 200), 1, 2, 3)
+		pos := append(positions(1000, 200), 5000, 70, 9000)
+		pl := PlanAttentionBF16(seq, pos, 32, pool(8, 128), 16384, 200)
+		var want []int32
+		for t := 0; t < 200; t += 32 {
+			want = append(want, int32(t), int32(min(32, 200-t)))
+		}
+		want = append(want, 200, 1, 201, 1, 202, 1)
+		if !pl.Split || pl.Whole != 7 || pl.BF16Work != 7 || pl.SplitBF16 != 0 || !slices.Equal(pl.Work, want) {
+			t.Fatalf("plan %+v, want 7 BF16 whole blocks then 3 split tiles %v", pl, want)
+		}
+		if pl.PartOff[199] != -1 || pl.PartOff[200] != 0 || pl.PartOff[201] != 79 || pl.PartOff[202] != 81 || pl.Parts != 222 {
+			t.Fatalf("partOff %v (parts %d), want -1 then 0, 79, 81 of 222", pl.PartOff[199:], pl.Parts)
 		}
 	})
 	t.Run("bf16 rows", func(t *testing.T) {
@@ -68,8 +92,8 @@ func TestPlanAttention(t *testing.T) {
 			want = append(want, int32(t), int32(min(4, 38-t)))
 		}
 		want = append(want, 38, 4, 42, 1)
-		if !slices.Equal(pl.Work, want) || pl.BF16Work != 10 {
-			t.Fatalf("work %v with %d BF16 blocks, want %v with 10", pl.Work, pl.BF16Work, want)
+		if !slices.Equal(pl.Work, want) || pl.SplitBF16 != 10 || pl.Whole != 0 {
+			t.Fatalf("work %v with %d BF16 split tiles, %d whole blocks, want %v with 10 and 0", pl.Work, pl.SplitBF16, pl.Whole, want)
 		}
 	})
 	t.Run("bf16 prefill", func(t *testing.T) {
@@ -84,7 +108,7 @@ func TestPlanAttention(t *testing.T) {
 		for t := 200; t < 300; t += 16 {
 			want = append(want, int32(t), int32(min(16, 300-t)))
 		}
-		if pl.Split || !slices.Equal(pl.Work, want) || pl.BF16Work != 7 {
+		if pl.Split || !slices.Equal(pl.Work, want) || pl.BF16Work != 7 || pl.Whole != 14 {
 			t.Fatalf("work %v with %d BF16 blocks, want %v with 7", pl.Work, pl.BF16Work, want)
 		}
 	})
@@ -113,18 +137,25 @@ func TestPlanAttention(t *testing.T) {
 
 // TestFlashVariants: the _p kernels (the next chunk's copy in flight while
 // this one is multiplied), attention_mma_decode.cu's split kernels (four
-// warps a chunk) and attention_mma_prefill.cu's (two m-tiles a warp) pass the suite's attention cases and give the one-warp
-// kernels' bits on the Qwen3-8B head shape, for prefill and decode, float32
-// and BF16 q, one sequence or many, over shuffled block tables.
+// warps a chunk), attention_mma_prefill.cu's (two m-tiles a warp) and split
+// runs in large batches pass the suite's attention cases and give the
+// one-warp, one-mode kernels' bits on the Qwen3-8B head shape, for prefill,
+// decode and both in one batch, float32 and BF16 q, over shuffled tables.
 func TestFlashVariants(t *testing.T) {
 	d := openOrSkip(t)
-	defer func(p, dec, pre bool) { flashPipelined, flashDecode, flashPrefill = p, dec, pre }(flashPipelined, flashDecode, flashPrefill)
+	defer func(p, dec, pre, runs bool) {
+		flashPipelined, flashDecode, flashPrefill, flashSplitRuns = p, dec, pre, runs
+	}(flashPipelined, flashDecode, flashPrefill, flashSplitRuns)
 	variants := []struct {
-		name                      string
-		pipelined, wide, twoTiles bool
-	}{{"pipelined", true, false, false}, {"decode and prefill", false, true, true}}
+		name                                 string
+		pipelined, wide, twoTiles, splitRuns bool
+	}{{"pipelined", true, false, false, false}, {"split runs", false, false, false, true},
+		{"decode, prefill and split runs", false, true, true, true}}
+	set := func(pipelined, wide, twoTiles, splitRuns bool) {
+		flashPipelined, flashDecode, flashPrefill, flashSplitRuns = pipelined, wide, twoTiles, splitRuns
+	}
 	for _, v := range variants {
-		flashPipelined, flashDecode, flashPrefill = v.pipelined, v.wide, v.twoTiles
+		set(v.pipelined, v.wide, v.twoTiles, v.splitRuns)
 		for _, f := range kerneltest.Check(NewOps(d), kerneltest.OpAttention, kerneltest.OpPagedAttention) {
 			t.Errorf("%s: %v", v.name, f)
 		}
@@ -151,20 +182,22 @@ func TestFlashVariants(t *testing.T) {
 	for i, b := range rng.Perm(seqs * blocks) {
 		tables[i] = int32(b)
 	}
-	// T tokens of one sequence at the end of its context, or (many) one
-	// token of each of seqs sequences at positions spread over the context.
-	for _, c := range []struct {
-		T, bf16 int
-		many    bool
-	}{{1, 0, false}, {3, 0, false}, {100, 0, false}, {300, 0, false}, {300, 200, false}, {100, 100, false},
-		{999, 999, false}, {700, 533, false}, {seqs, 0, true}, {seqs, seqs, true}} {
-		seq, pos := make([]int32, c.T), make([]int32, c.T)
-		for i := range pos {
-			pos[i] = int32(ctx - c.T + i)
-			if c.many {
-				seq[i], pos[i] = int32(i), int32(ctx-1-27*i)
-			}
+	// T tokens of sequence 0 at the end of its context, then one token of
+	// each of the next singles sequences at positions spread over the
+	// context (decode tokens: alone, or beside a prompt chunk); the first
+	// bf16 tokens BF16.
+	for _, c := range []struct{ T, bf16, singles int }{{1, 0, 0}, {3, 0, 0}, {100, 0, 0}, {300, 0, 0}, {300, 200, 0},
+		{100, 100, 0}, {999, 999, 0}, {700, 533, 0}, {0, 0, seqs}, {0, seqs, seqs}, {300, 300, seqs - 1}, {200, 0, seqs - 1},
+		{300, 310, seqs - 1}} {
+		var seq, pos []int32
+		for i := range c.T {
+			seq, pos = append(seq, 0), append(pos, int32(ctx-c.T+i))
 		}
+		for i := range c.singles {
+			s := i + min(c.T, 1)
+			seq, pos = append(seq, int32(s)), append(pos, int32(ctx-1-27*s))
+		}
+		c.T += c.singles
 		q := make([]float32, c.T*H*Dh)
 		for i := range q {
 			q[i] = float32(rng.NormFloat64())
@@ -201,12 +234,12 @@ func TestFlashVariants(t *testing.T) {
 			}
 			return got
 		}
-		flashPipelined, flashDecode, flashPrefill = false, false, false
+		set(false, false, false, false)
 		want := run()
 		for _, v := range variants {
-			flashPipelined, flashDecode, flashPrefill = v.pipelined, v.wide, v.twoTiles
+			set(v.pipelined, v.wide, v.twoTiles, v.splitRuns)
 			if got := run(); !bytes.Equal(got, want) {
-				t.Errorf("%s: T=%d (%d BF16 rows, many sequences %v): output differs from the one-warp kernels'", v.name, c.T, c.bf16, c.many)
+				t.Errorf("%s: %d tokens (%d BF16, %d single tokens of other sequences): output differs from the one-warp kernels'", v.name, c.T, c.bf16, c.singles)
 			}
 		}
 	}

@@ -354,13 +354,15 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 
 // lb_flash_merge folds the chunks lb_flash_*_split wrote, in order, for
 // token blockIdx.x and query head blockIdx.y (the fold of the whole mode,
-// per element; Dh ≤ blockDim.x). The partials of FA_MERGE chunks are read
-// at once, so a long context costs few memory latencies, not one a chunk.
+// per element; Dh ≤ blockDim.x); a token with part_off −1 ran whole and is
+// left alone. The partials of FA_MERGE chunks are read at once, so a long
+// context costs few memory latencies, not one a chunk.
 #define FA_MERGE 32
 extern "C" __global__ void lb_flash_merge(float *out, const float *partials, const int *pos, const int *part_off, int H,
                                           int Dh) {
 	__shared__ float sm[FA_MERGE], sl[FA_MERGE];
 	int t = blockIdx.x, h = blockIdx.y, n = pos[t] / FA_CHUNK + 1, d = threadIdx.x;
+	if (part_off[t] < 0) return;
 	i64 zs = (i64)H * (Dh + 2);
 	const float *part = partials + ((i64)part_off[t] * H + h) * (Dh + 2);
 	float M = 0.0f, L = 0.0f, O = 0.0f;
