@@ -39,7 +39,7 @@ grep -E "compiled in" /tmp/cuda_test.log | head -2
 echo "== single kernels of the Qwen3-8B shape (graph replays), PyTorch's matmul and SDPA on the same shapes"
 timeout 150 python3 scripts/torch_gemm.py --tokens 1024 >/tmp/torch_gemm.json 2>/tmp/torch_gemm.err || tail -3 /tmp/torch_gemm.err
 cat /tmp/torch_gemm.json | tee -a "$bench"
-(cd kernels/cuda && LOWBIT_TORCH_GEMM=/tmp/torch_gemm.json ../../.device/bin/kernels_cuda.test -test.run XXX -test.bench Kernels -test.benchtime 20x 2>&1) | tee -a "$bench" | grep Benchmark
+(cd kernels/cuda && LOWBIT_TORCH_GEMM=/tmp/torch_gemm.json ../../.device/bin/kernels_cuda.test -test.run XXX -test.bench Kernels -test.benchtime 20x 2>&1) | tee -a "$bench" | grep -E "Benchmark|registers"
 
 echo "== runtime tests (the cuda backend: golden logits, batch invariance, quantized numerics; the device-resident executor)"
 (cd runtime && ../.device/bin/runtime.test -test.count=1 -test.v 2>&1) >/tmp/runtime_test.log

@@ -35,6 +35,13 @@ func BenchmarkKernels(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// What NVRTC made of the kernels timed here: registers and spills.
+	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
+		"lb_flash_d128_k1_split", "lb_flash_prefill_d128_q1", "lb_flash_decode_d128", "lb_flash_decode_d128_q1", "lb_flash_merge"} {
+		if ki, err := d.KernelInfo(name); err == nil {
+			b.Logf("%-28s %3d registers, %4d bytes local (spills), %5d bytes static shared", name, ki.Registers, ki.LocalBytes, ki.StaticShared)
+		}
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	randBF16 := func(n int) []byte {
 		out := make([]byte, 2*n)

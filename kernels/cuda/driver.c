@@ -37,6 +37,7 @@ static void *libcuda, *libnvrtc;
 	X(cuModuleUnload, lb_cures, (lb_handle))                                                             \
 	X(cuModuleGetFunction, lb_cures, (lb_handle *, lb_handle, const char *))                             \
 	X(cuFuncSetAttribute, lb_cures, (lb_handle, int, int))                                               \
+	X(cuFuncGetAttribute, lb_cures, (int *, int, lb_handle))                                             \
 	X(cuGetErrorName, lb_cures, (lb_cures, const char **))                                               \
 	X(cuGetErrorString, lb_cures, (lb_cures, const char **))                                             \
 	X(cuEventCreate, lb_cures, (lb_handle *, unsigned))                                                  \
@@ -136,6 +137,7 @@ lb_cures lb_cuModuleLoadData(lb_handle *m, const void *i) { return p_cuModuleLoa
 lb_cures lb_cuModuleUnload(lb_handle m) { return p_cuModuleUnload(m); }
 lb_cures lb_cuModuleGetFunction(lb_handle *f, lb_handle m, const char *n) { return p_cuModuleGetFunction(f, m, n); }
 lb_cures lb_cuFuncSetAttribute(lb_handle f, int a, int v) { return p_cuFuncSetAttribute(f, a, v); }
+lb_cures lb_cuFuncGetAttribute(int *v, int a, lb_handle f) { return p_cuFuncGetAttribute(v, a, f); }
 lb_cures lb_cuGetErrorName(lb_cures r, const char **s) { return p_cuGetErrorName(r, s); }
 lb_cures lb_cuGetErrorString(lb_cures r, const char **s) { return p_cuGetErrorString(r, s); }
 lb_cures lb_cuEventCreate(lb_handle *e, unsigned f) { return p_cuEventCreate(e, f); }

@@ -100,3 +100,35 @@ func (d *Device) timed(name string, launch func() error) error {
 	t.Total += time.Duration(float64(ms) * 1e6)
 	return nil
 }
+
+// KernelInfo is what the compiled kernel uses per thread and block, as
+// the driver reports it: spills show as local memory.
+type KernelInfo struct {
+	Registers, LocalBytes, StaticShared int
+}
+
+// KernelInfo returns kernel name's register count, local memory (spills
+// and stack) and static shared memory, compiled for this device by NVRTC
+// (which reports none of it itself).
+func (d *Device) KernelInfo(name string) (KernelInfo, error) {
+	var ki KernelInfo
+	err := d.do(func() error {
+		f, err := d.function(name)
+		if err != nil {
+			return err
+		}
+		// CU_FUNC_ATTRIBUTE_NUM_REGS = 4, LOCAL_SIZE_BYTES = 3, SHARED_SIZE_BYTES = 1.
+		for _, a := range []struct {
+			attr int
+			dst  *int
+		}{{4, &ki.Registers}, {3, &ki.LocalBytes}, {1, &ki.StaticShared}} {
+			var v C.int
+			if err := check("cuFuncGetAttribute", C.lb_cuFuncGetAttribute(&v, C.int(a.attr), f)); err != nil {
+				return err
+			}
+			*a.dst = int(v)
+		}
+		return nil
+	})
+	return ki, err
+}
