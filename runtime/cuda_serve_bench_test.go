@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/lowbit-ai/lowbit/kernels"
-	"github.com/lowbit-ai/lowbit/kernels/cpu"
 	"github.com/lowbit-ai/lowbit/kernels/cuda"
 )
 
@@ -27,25 +26,7 @@ import (
 //
 //	runtime.test -test.run XXX -test.bench CUDAServeSteps -test.benchtime 16x
 func BenchmarkCUDAServeSteps(b *testing.B) {
-	d := cudaDevice(b)
-	bw, err := d.CopyBandwidth(2<<30, 10)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ops, err := cpu.New()
-	if err != nil {
-		b.Skip(err)
-	}
-	defer ops.Close()
-	size := os.Getenv("LOWBIT_BENCH_SIZE")
-	if size == "" {
-		size = "qwen3-8b"
-	}
-	m, err := Load(benchModel(b, size), ops)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
+	d, bw, m := cudaBenchModel(b, "qwen3-8b")
 	const seqs, prompt, chunk, bs = 32, 8192, 2048, 16
 	perSeq := (prompt + 256) / bs
 	gpu, err := NewCUDAExecutor(m, d, seqs*perSeq, bs, kernels.KVBF16, WithPrefillBF16())

@@ -126,26 +126,7 @@ func TestCUDAExecutor(t *testing.T) {
 //
 //	kernels/cuda... runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x
 func BenchmarkCUDADecode(b *testing.B) {
-	d := cudaDevice(b)
-	bw, err := d.CopyBandwidth(2<<30, 10)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ops, err := cpu.New()
-	if err != nil {
-		b.Skip(err)
-	}
-	defer ops.Close()
-	size := os.Getenv("LOWBIT_BENCH_SIZE")
-	if size == "" {
-		size = "qwen3-0.6b"
-	}
-	dir := benchModel(b, size)
-	m, err := Load(dir, ops)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
+	d, bw, m := cudaBenchModel(b, "qwen3-0.6b")
 	const bs, prompt, long = 16, 256, 1024
 	// WithPrefillBF16 only changes rows marked as prompt rows: the decode
 	// steps and the float32 TTFT below mark none.
@@ -224,6 +205,32 @@ func BenchmarkCUDADecode(b *testing.B) {
 	b.ReportMetric(flops/ttft.Seconds()/1e12, "prefill-TFLOP/s")
 	b.ReportMetric(float64(ttftBF16.Microseconds())/1e3, "ttft-1024-bf16-ms")
 	b.ReportMetric(flops/ttftBF16.Seconds()/1e12, "prefill-bf16-TFLOP/s")
+}
+
+// cudaBenchModel opens the device, measures its copy bandwidth and loads
+// the synthetic model of LOWBIT_BENCH_SIZE (size when unset) on the CPU
+// kernels (closed when the benchmark ends), for the CUDA executor to
+// upload.
+func cudaBenchModel(b *testing.B, size string) (*cuda.Device, float64, *Model) {
+	d := cudaDevice(b)
+	bw, err := d.CopyBandwidth(2<<30, 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ops, err := cpu.New()
+	if err != nil {
+		b.Skip(err)
+	}
+	b.Cleanup(func() { ops.Close() })
+	if s := os.Getenv("LOWBIT_BENCH_SIZE"); s != "" {
+		size = s
+	}
+	m, err := Load(benchModel(b, size), ops)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	return d, bw, m
 }
 
 // benchModel returns a synthetic BF16 Qwen3 checkpoint of the given size,

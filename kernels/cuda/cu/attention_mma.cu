@@ -132,6 +132,69 @@ __device__ __forceinline__ uint4 fa_frag(const u32 *r) {
 	return a;
 }
 
+// fa_stage_q writes the q of a 16-row tile (n tokens from t, the G query
+// heads of KV head kh each) into qs as its first QS BF16 terms [QS][16]
+// [DH + 8], zeros past the tokens; threads first, first + step, ... share
+// the work.
+template <int DH, int QS>
+__device__ __forceinline__ void fa_stage_q(u16 *qs, const float *q, int t, int n, int G, int kh, int H, int first,
+                                           int step) {
+	constexpr int LD = DH + 8;
+	for (int i = first; i < 16 * DH / 2; i += step) {
+		int r = i / (DH / 2), d = 2 * (i % (DH / 2)), tt = r / G;
+		float a = 0.0f, b = 0.0f;
+		if (tt < n) {
+			const float *qv = q + ((i64)(t + tt) * H + kh * G + r % G) * DH + d;
+			a = qv[0];
+			b = qv[1];
+		}
+		u32 tm[3];
+		mma_terms(a, b, &tm[0], &tm[1], &tm[2]);
+#pragma unroll
+		for (int m = 0; m < QS; m++) *(u32 *)(qs + (m * 16 + r) * LD + d) = tm[m];
+	}
+}
+
+// fa_softmax turns a 16-row tile's scores of chunk positions c0 .. c0 + 63
+// (fragment element e of s[j]: row g + 8·(e >> 1), position c0 + 8j + 2qd
+// + (e & 1)) into P_j = exp(s_j·scale − m), the positions past a row's
+// prow at −inf (when mask: a chunk some row ends inside), and gives each
+// row's m and l = Σ P_j, every lane of a quad the same: a lane's own
+// positions in order, then the lanes by xor 1 and 2.
+__device__ __forceinline__ void fa_softmax(float s[8][4], const int prow[2], int c0, int qd, float scale, bool mask,
+                                           float mx[2], float l[2]) {
+	const float ninf = -__int_as_float(0x7f800000);
+	mx[0] = mx[1] = ninf;
+	l[0] = l[1] = 0.0f;
+#pragma unroll
+	for (int j = 0; j < 8; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float v = s[j][e] * scale;
+			if (mask && c0 + 8 * j + 2 * qd + (e & 1) > prow[e >> 1]) v = ninf;
+			s[j][e] = v;
+			mx[e >> 1] = nanmax(mx[e >> 1], v);
+		}
+#pragma unroll
+	for (int e = 0; e < 2; e++) {
+		mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+		mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+	}
+#pragma unroll
+	for (int j = 0; j < 8; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float pe = expf(s[j][e] - mx[e >> 1]);
+			s[j][e] = pe;
+			l[e >> 1] += pe;
+		}
+#pragma unroll
+	for (int e = 0; e < 2; e++) {
+		l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
+		l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
+	}
+}
+
 template <int DH, int KT, int QT, bool SPLIT, bool PIPE>
 __device__ __forceinline__ void fa_run(float *out, float *partials, const float *q, const u8 *kp, const u8 *vp,
                                        int dtype, float kscale, float vscale, const int *tables, int stride,
@@ -165,19 +228,7 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 		hrow[e] = kh * G + r % G;
 	}
 	int wpmax = wn > 0 ? pos[wt + wn - 1] : -1;
-	for (int i = lane; i < 16 * DH / 2; i += 32) {
-		int r = i / (DH / 2), d = 2 * (i % (DH / 2)), tt = r / G;
-		float a = 0.0f, b = 0.0f;
-		if (r < R * G && tt < wn) {
-			const float *qv = q + ((i64)(wt + tt) * H + kh * G + r % G) * DH + d;
-			a = qv[0];
-			b = qv[1];
-		}
-		u32 tm[3];
-		mma_terms(a, b, &tm[0], &tm[1], &tm[2]);
-#pragma unroll
-		for (int m = 0; m < QS; m++) *(u32 *)(qs + (m * 16 + r) * LD + d) = tm[m];
-	}
+	fa_stage_q<DH, QS>(qs, q, wt, wn, G, kh, H, lane, 32);
 	__syncwarp();
 	const float ninf = -__int_as_float(0x7f800000);
 	float M[2] = {ninf, ninf}, L[2] = {0.0f, 0.0f}, oacc[SPLIT ? 1 : NT][4];
@@ -241,36 +292,8 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 				}
 			}
 		}
-		// Fragment element e of s[j]: row g + 8·(e >> 1), position
-		// c·FA_CHUNK + 8j + 2·qd + (e & 1).
-		float mx[2] = {ninf, ninf}, l[2] = {0.0f, 0.0f};
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				float v = s[j][e] * scale;
-				if (c * FA_CHUNK + 8 * j + 2 * qd + (e & 1) > prow[e >> 1]) v = ninf;
-				s[j][e] = v;
-				mx[e >> 1] = nanmax(mx[e >> 1], v);
-			}
-#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-			mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-		}
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				float pe = expf(s[j][e] - mx[e >> 1]);
-				s[j][e] = pe;
-				l[e >> 1] += pe;
-			}
-#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
-			l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
-		}
+		float mx[2], l[2];
+		fa_softmax(s, prow, c * FA_CHUNK, qd, scale, true, mx, l);
 		// P's A fragments for positions 16kc .. 16kc + 15 (s[2kc] and
 		// s[2kc + 1] side by side) as three BF16 terms each.
 		u32 pa[4][3][4];

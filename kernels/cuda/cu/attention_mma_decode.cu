@@ -54,19 +54,7 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0]);
 	cp_async_commit();
 	fa_rows(rows[1], blocks, bs, KVH, kh, DH, (c + Z) * FA_CHUNK, pmax);
-	for (int i = tid; i < 16 * DH / 2; i += blockDim.x) {
-		int r = i / (DH / 2), d = 2 * (i % (DH / 2)), tt = r / G;
-		float a = 0.0f, b = 0.0f;
-		if (r < R * G && tt < n) {
-			const float *qv = q + ((i64)(t0 + tt) * H + kh * G + r % G) * DH + d;
-			a = qv[0];
-			b = qv[1];
-		}
-		u32 tm[3];
-		mma_terms(a, b, &tm[0], &tm[1], &tm[2]);
-#pragma unroll
-		for (int m = 0; m < QT; m++) *(u32 *)(qs + (m * 16 + r) * LD + d) = tm[m];
-	}
+	fa_stage_q<DH, QT>(qs, q, t0, n, G, kh, H, tid, blockDim.x);
 	const float ninf = -__int_as_float(0x7f800000);
 	for (int it = 0; c * FA_CHUNK <= pmax; c += Z, it++) {
 		int b = it & 1;

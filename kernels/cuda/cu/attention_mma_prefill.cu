@@ -54,18 +54,8 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 			hrow[e] = kh * G + r % G;
 		}
 	int wpmin = wn > 0 ? pos[t0 + wfirst] : -1, wpmax = wn > 0 ? pos[t0 + wfirst + wn - 1] : -1;
-	for (int i = lane; i < MT * 16 * DH / 2; i += 32) {
-		int mt = i / (16 * DH / 2), r = (i / (DH / 2)) % 16, d = 2 * (i % (DH / 2)), tt = mt * R + r / G;
-		float a = 0.0f, b = 0.0f;
-		if (r < R * G && tt < wn) {
-			const float *qv = q + ((i64)(t0 + wfirst + tt) * H + kh * G + r % G) * DH + d;
-			a = qv[0];
-			b = qv[1];
-		}
-		u32 tm[3];
-		mma_terms(a, b, &tm[0], &tm[1], &tm[2]);
-		*(u32 *)(qs + (mt * 16 + r) * LD + d) = tm[0];
-	}
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++) fa_stage_q<DH, 1>(qs + mt * 16 * LD, q, t0 + wfirst + mt * R, wn - mt * R, G, kh, H, lane, 32);
 	const float ninf = -__int_as_float(0x7f800000);
 	float M[MT][2], L[MT][2], oacc[MT][NT][4];
 #pragma unroll
@@ -117,34 +107,8 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 			float fa[MT][2], fb[MT][2];
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++) {
-				float mx[2] = {ninf, ninf}, l[2] = {0.0f, 0.0f};
-#pragma unroll
-				for (int j = 0; j < 8; j++)
-#pragma unroll
-					for (int e = 0; e < 4; e++) {
-						float v = s[mt][j][e] * scale;
-						if (masked && c * FA_CHUNK + 8 * j + 2 * qd + (e & 1) > prow[mt][e >> 1]) v = ninf;
-						s[mt][j][e] = v;
-						mx[e >> 1] = nanmax(mx[e >> 1], v);
-					}
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-					mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-				}
-#pragma unroll
-				for (int j = 0; j < 8; j++)
-#pragma unroll
-					for (int e = 0; e < 4; e++) {
-						float pe = expf(s[mt][j][e] - mx[e >> 1]);
-						s[mt][j][e] = pe;
-						l[e >> 1] += pe;
-					}
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
-					l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
-				}
+				float mx[2], l[2];
+				fa_softmax(s[mt], prow[mt], c * FA_CHUNK, qd, scale, masked, mx, l);
 #pragma unroll
 				for (int kc = 0; kc < 4; kc++) {
 					u32 t1, t2;
