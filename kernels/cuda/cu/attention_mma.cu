@@ -7,7 +7,7 @@
 // context is cut into chunks of FA_CHUNK positions at multiples of
 // FA_CHUNK. For chunk c a row (token t, query head h) gets
 //   s_j = (q·k_j)·scale for j ≤ p in the chunk, −inf past p;
-//   m_c = max_j s_j, P_j = exp(s_j − m_c), l_c = Σ_j P_j, o_c = Σ_j P_j·v_j.
+//   m_c = max_j s_j, P_j = exp(s_j − m_c) (exp: fa_exp), l_c = Σ_j P_j, o_c = Σ_j P_j·v_j.
 // q and P are split into three BF16 terms as matmul_mma.cu splits its
 // activations; k and v are their BF16 values (a BF16 cache) or are split
 // the same way (float32; E4M3 codes times the scale). A product is the
@@ -42,12 +42,33 @@
 // [part_off[t] + c, H, Dh + 2]; lb_flash_merge folds them per (t, h).
 #define FA_CHUNK 64
 
+// fa_exp is the attention's exp: 2^(x·log2 e) on the special-function
+// unit (ex2.approx, about 2 ulp), two instructions against expf's eight.
+// Rounding x·log2 e adds |x|·u relatively, which only weights with large
+// |x|, exp(x) tiny, see: each P_j errs by at most a few u·max(P_j, 1/e)
+// absolutely, inside kerneltest's tolerance. exp(0) is exactly 1, exp(−∞)
+// is +0, a subnormal result flushes to 0 (x < −87). Every kernel that
+// computes or folds chunks uses it, so their bits agree.
+__device__ __forceinline__ float fa_exp(float x) {
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+	return y;
+}
+
+// fa_max is max(a, b), NaN if either is (PTX max.NaN: one instruction where
+// nanmax takes three; the same values, a NaN's payload aside).
+__device__ __forceinline__ float fa_max(float a, float b) {
+	float y;
+	asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+	return y;
+}
+
 // fa_weights moves the running max M to max(M, m) and returns the factors
 // of the running sums (a) and of the chunk's (b).
 __device__ __forceinline__ void fa_weights(float *M, float m, float *a, float *b) {
-	float mn = nanmax(*M, m);
-	*a = expf(*M - mn);
-	*b = expf(m - mn);
+	float mn = fa_max(*M, m);
+	*a = fa_exp(*M - mn);
+	*b = fa_exp(m - mn);
 	*M = mn;
 }
 
@@ -173,18 +194,18 @@ __device__ __forceinline__ void fa_softmax(float s[8][4], const int prow[2], int
 			float v = s[j][e] * scale;
 			if (mask && c0 + 8 * j + 2 * qd + (e & 1) > prow[e >> 1]) v = ninf;
 			s[j][e] = v;
-			mx[e >> 1] = nanmax(mx[e >> 1], v);
+			mx[e >> 1] = fa_max(mx[e >> 1], v);
 		}
 #pragma unroll
 	for (int e = 0; e < 2; e++) {
-		mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-		mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+		mx[e] = fa_max(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+		mx[e] = fa_max(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
 	}
 #pragma unroll
 	for (int j = 0; j < 8; j++)
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
-			float pe = expf(s[j][e] - mx[e >> 1]);
+			float pe = fa_exp(s[j][e] - mx[e >> 1]);
 			s[j][e] = pe;
 			l[e >> 1] += pe;
 		}

@@ -98,12 +98,12 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 				float v = s[jj][e] * scale;
 				if (c * FA_CHUNK + col > prow[e >> 1]) v = ninf;
 				s[jj][e] = v;
-				mx[e >> 1] = nanmax(mx[e >> 1], v);
+				mx[e >> 1] = fa_max(mx[e >> 1], v);
 			}
 #pragma unroll
 		for (int e = 0; e < 2; e++) {
-			mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-			mx[e] = nanmax(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+			mx[e] = fa_max(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+			mx[e] = fa_max(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
 			if (qd == 0) smx[w][g + 8 * e] = mx[e];
 		}
 		__syncthreads();
@@ -112,14 +112,14 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 #pragma unroll
 		for (int e = 0; e < 2; e++) {
 			int r = g + 8 * e;
-			mx[e] = nanmax(nanmax(nanmax(smx[0][r], smx[1][r]), smx[2][r]), smx[3][r]);
+			mx[e] = fa_max(fa_max(fa_max(smx[0][r], smx[1][r]), smx[2][r]), smx[3][r]);
 		}
 #pragma unroll
 		for (int jj = 0; jj < 2; jj++)
 #pragma unroll
 			for (int e2 = 0; e2 < 2; e2++) {
 				int r = g + 8 * e2, col = 8 * (2 * w + jj) + 2 * qd;
-				float p0 = expf(s[jj][2 * e2] - mx[e2]), p1 = expf(s[jj][2 * e2 + 1] - mx[e2]);
+				float p0 = fa_exp(s[jj][2 * e2] - mx[e2]), p1 = fa_exp(s[jj][2 * e2 + 1] - mx[e2]);
 				sf[r][col] = p0;
 				sf[r][col + 1] = p1;
 				u32 tm[3];
