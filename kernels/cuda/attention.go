@@ -114,13 +114,19 @@ func PlanAttentionBF16(seq, pos []int32, H int, p *KVPool, ctx, bf16 int) Attent
 		runs = append(runs, run{t, n})
 		t += n
 	}
+	// Split runs: every run of a small batch (decode steps), the runs that
+	// fit one tile in a large one (decode tokens beside a prompt chunk);
+	// their tokens' partials are a prefix sum of their chunk counts.
 	split := make([]bool, len(runs))
 	small := len(pos) <= flashSplitTokens
+	pl.PartOff = make([]int32, len(pos))
 	for i, r := range runs {
-		if small || (flashSplitRuns && r.n <= R) {
-			split[i] = true
-			for _, q := range pos[r.t : r.t+r.n] {
-				pl.Parts += int(q)/flashChunk + 1
+		split[i] = small || (flashSplitRuns && r.n <= R)
+		for t := r.t; t < r.t+r.n; t++ {
+			pl.PartOff[t] = -1
+			if split[i] {
+				pl.PartOff[t] = int32(pl.Parts)
+				pl.Parts += int(pos[t])/flashChunk + 1
 			}
 		}
 	}
@@ -129,16 +135,8 @@ func PlanAttentionBF16(seq, pos []int32, H int, p *KVPool, ctx, bf16 int) Attent
 	if 4*pl.Parts*H*(p.HeadDim+2) > flashMaxPartials {
 		clear(split)
 		pl.Parts = 0
-	}
-	pl.PartOff = make([]int32, len(pos))
-	parts := 0
-	for i, r := range runs {
-		for t := r.t; t < r.t+r.n; t++ {
+		for t := range pl.PartOff {
 			pl.PartOff[t] = -1
-			if split[i] {
-				pl.PartOff[t] = int32(parts)
-				parts += int(pos[t])/flashChunk + 1
-			}
 		}
 	}
 	per, perBF16 := pl.Warps*R, pl.Warps*R // tokens a whole-mode block

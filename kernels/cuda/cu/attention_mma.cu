@@ -109,6 +109,20 @@ __device__ __forceinline__ void fa_rows(i64 *rows, const int *blocks, int bs, in
 	}
 }
 
+// fa_entry reads position p's block-table entry (0 past pmax or without a
+// table) early, so that fa_row_of can use it after other work has hidden
+// the read's latency.
+__device__ __forceinline__ int fa_entry(const int *blocks, int bs, int p, int pmax) {
+	return (p <= pmax && blocks) ? blocks[p / bs] : 0;
+}
+
+// fa_row_of is position p's pool row of KV head kh (in elements; −1 past
+// pmax) from its table entry, as fa_rows computes it.
+__device__ __forceinline__ i64 fa_row_of(int entry, const int *blocks, int bs, int p, int pmax, int KVH, int kh,
+                                         int DH) {
+	return p <= pmax ? ((blocks ? (i64)entry * bs + p % bs : (i64)p) * KVH + kh) * DH : -1;
+}
+
 // fa_load puts chunk positions p0 .. p0 + FA_CHUNK − 1 of KV head kh into
 // shared memory as terms, zeros past pmax (never read from the cache: a
 // table entry past the sequence may be anything).

@@ -65,8 +65,7 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 		if ((c + Z) * FA_CHUNK <= pmax) fa_copy<DH>(kv0 + 2 * (b ^ 1) * KV, kv0 + (2 * (b ^ 1) + 1) * KV, kp, vp, rows[b ^ 1]);
 		cp_async_commit();
 		// Chunk c + 2Z's table entry, read now, used after the multiply.
-		int pn = (c + 2 * Z) * FA_CHUNK + tid, tb = 0;
-		if (tid < FA_CHUNK && pn <= pmax && blocks) tb = blocks[pn / bs];
+		int pn = (c + 2 * Z) * FA_CHUNK + tid, tb = tid < FA_CHUNK ? fa_entry(blocks, bs, pn, pmax) : 0;
 		cp_async_wait1();
 		__syncthreads();
 		// s for positions 16w .. 16w + 15: fragment element e of s[jj] is
@@ -176,10 +175,8 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 		}
 		// Chunk c + 2Z's rows into rows[b]: its last reader, chunk c's copy,
 		// was issued before this round's first barrier.
-		if (tid < FA_CHUNK) {
-			int p = (c + 2 * Z) * FA_CHUNK + tid;
-			rows[b][tid] = p <= pmax ? ((blocks ? (i64)tb * bs + p % bs : (i64)p) * KVH + kh) * DH : -1;
-		}
+		if (tid < FA_CHUNK) rows[b][tid] = fa_row_of(tb, blocks, bs, pn, pmax, KVH, kh, DH);
+
 	}
 }
 

@@ -73,8 +73,7 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 		__syncthreads(); // every warp is done with chunk c − 1's buffers; rows[b ^ 1] is written
 		if ((c + 1) * FA_CHUNK <= pmax) fa_copy<DH>(kv0 + 2 * (b ^ 1) * KV, kv0 + (2 * (b ^ 1) + 1) * KV, kp, vp, rows[b ^ 1]);
 		cp_async_commit();
-		int pn = (c + 2) * FA_CHUNK + tid, tb = 0;
-		if (tid < FA_CHUNK && pn <= pmax && blocks) tb = blocks[pn / bs];
+		int pn = (c + 2) * FA_CHUNK + tid, tb = tid < FA_CHUNK ? fa_entry(blocks, bs, pn, pmax) : 0;
 		cp_async_wait1();
 		__syncthreads();
 		if (wpmax >= c * FA_CHUNK) {
@@ -162,10 +161,8 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 		}
 		// Chunk c + 2's rows into rows[b] (its last reader, chunk c's copy,
 		// was issued before this round's first barrier).
-		if (tid < FA_CHUNK) {
-			int p = (c + 2) * FA_CHUNK + tid;
-			rows[b][tid] = p <= pmax ? ((blocks ? (i64)tb * bs + p % bs : (i64)p) * KVH + kh) * DH : -1;
-		}
+		if (tid < FA_CHUNK) rows[b][tid] = fa_row_of(tb, blocks, bs, pn, pmax, KVH, kh, DH);
+
 	}
 #pragma unroll
 	for (int mt = 0; mt < MT; mt++)
