@@ -6,8 +6,9 @@
 // Numerics, the contract both modes and lb_flash_merge keep: position p's
 // context is cut into chunks of FA_CHUNK positions at multiples of
 // FA_CHUNK. For chunk c a row (token t, query head h) gets
-//   s_j = (q·k_j)·scale for j ≤ p in the chunk, −inf past p;
-//   m_c = max_j s_j, P_j = exp(s_j − m_c) (exp: fa_exp), l_c = Σ_j P_j, o_c = Σ_j P_j·v_j.
+//   s_j = q·k_j for j ≤ p in the chunk, −inf past p; r = max_j s_j;
+//   m_c = r·scale, P_j = 2^fma(s_j, sl, −r·sl) (sl = scale·log2 e, each
+//   product rounded once: fa_softmax), l_c = Σ_j P_j, o_c = Σ_j P_j·v_j.
 // q and P are split into three BF16 terms as matmul_mma.cu splits its
 // activations; k and v are their BF16 values (a BF16 cache) or are split
 // the same way (float32; E4M3 codes times the scale). A product is the
@@ -17,9 +18,11 @@
 // float32 by the tensor cores in that order. The _q1 kernels keep only q's
 // and P's first term, their round-to-nearest BF16 values (l_c still sums
 // the float32 P_j): the BF16-activation attention of the runtime's BF16
-// prefill (the pairs hi·hi, and hi·mid, hi·lo for a cache that is not BF16). The chunks then fold in order:
-// (M, L, O) = chunk 0's; for c > 0, M' = max(M, m_c), a = exp(M − M'),
-// b = exp(m_c − M'), L = L·a + l_c·b, O = O·a + o_c·b; out = O / L.
+// prefill (the pairs hi·hi, and hi·mid, hi·lo for a cache that is not
+// BF16). The chunks then fold in order from (M, L, O) = (−∞, 0, 0): M' =
+// max(M, m_c), a = exp(M − M') (0 for the first chunk), b = exp(m_c − M'),
+// L = fma(l_c, b, L·a), O = fma(o_c, b, O·a) (fa_weights, fa_mix); out =
+// O / L.
 // A row's result depends only on its q and its cache up to p: neither the
 // rows that share its tile, nor how chunks are spread over blocks, nor the
 // batch changes a bit (masked positions give P = 0 exactly, and an mma row
@@ -42,18 +45,26 @@
 // [part_off[t] + c, H, Dh + 2]; lb_flash_merge folds them per (t, h).
 #define FA_CHUNK 64
 
-// fa_exp is the attention's exp: 2^(x·log2 e) on the special-function
-// unit (ex2.approx, about 2 ulp), two instructions against expf's eight.
-// Rounding x·log2 e adds |x|·u relatively, which only weights with large
-// |x|, exp(x) tiny, see: each P_j errs by at most a few u·max(P_j, 1/e)
-// absolutely, inside kerneltest's tolerance. exp(0) is exactly 1, exp(−∞)
-// is +0, a subnormal result flushes to 0 (x < −87). Every kernel that
-// computes or folds chunks uses it, so their bits agree.
-__device__ __forceinline__ float fa_exp(float x) {
+// fa_exp2 is 2^x on the special-function unit (ex2.approx, about 2 ulp):
+// the attention's exps are all powers of two of an argument scaled by
+// log2 e, one instruction against expf's eight. exp(0) is exactly 1,
+// 2^(−∞) is +0, a subnormal result flushes to 0.
+__device__ __forceinline__ float fa_exp2(float x) {
 	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
 	return y;
 }
+
+// fa_exp is the fold's exp, 2^(x·log2 e): rounding x·log2 e adds |x|·u
+// relatively, which only weights with large |x|, exp(x) tiny, see.
+__device__ __forceinline__ float fa_exp(float x) { return fa_exp2(__fmul_rn(x, 1.4426950408889634f)); }
+
+// fa_log2e_scale is scale·log2 e, rounded once: the softmax's exponent is
+// fma(s, scale·log2 e, −max_j s_j·scale·log2 e), so that a weight costs an
+// fma and an ex2 (and the max is taken on the raw scores: scale > 0 keeps
+// its place). Relative to exp(s·scale − m) each P_j errs by about
+// |m·log2 e|·u, inside kerneltest's attention tolerance (its 4S term).
+__device__ __forceinline__ float fa_log2e_scale(float scale) { return __fmul_rn(scale, 1.4426950408889634f); }
 
 // fa_max is max(a, b), NaN if either is (PTX max.NaN: one instruction where
 // nanmax takes three; the same values, a NaN's payload aside).
@@ -72,10 +83,10 @@ __device__ __forceinline__ void fa_weights(float *M, float m, float *a, float *b
 	*M = mn;
 }
 
-// fa_mix is X·a + x·b, rounded after each operation (no fused multiply-add,
-// so that every kernel that folds gets the same bits).
+// fa_mix is X·a + x·b as fma(x, b, X·a), the same two roundings in every
+// kernel that folds, so that they get the same bits.
 __device__ __forceinline__ float fa_mix(float X, float a, float x, float b) {
-	return __fadd_rn(__fmul_rn(X, a), __fmul_rn(x, b));
+	return __fmaf_rn(x, b, __fmul_rn(X, a));
 }
 
 // fa_copy starts copying the BF16 cache rows rows[j] (−1: zeros) into
@@ -190,36 +201,46 @@ __device__ __forceinline__ void fa_stage_q(u16 *qs, const float *q, int t, int n
 	}
 }
 
-// fa_softmax turns a 16-row tile's scores of chunk positions c0 .. c0 + 63
-// (fragment element e of s[j]: row g + 8·(e >> 1), position c0 + 8j + 2qd
-// + (e & 1)) into P_j = exp(s_j·scale − m), the positions past a row's
-// prow at −inf (when mask: a chunk some row ends inside), and gives each
-// row's m and l = Σ P_j, every lane of a quad the same: a lane's own
-// positions in order, then the lanes by xor 1 and 2.
-__device__ __forceinline__ void fa_softmax(float s[8][4], const int prow[2], int c0, int qd, float scale, bool mask,
-                                           float mx[2], float l[2]) {
+// fa_mask sets the scores of positions past a row's prow to −∞ (fragment
+// element e of s[j]: row g + 8·(e >> 1), position c0 + 8j + 2qd + (e & 1)).
+__device__ __forceinline__ void fa_mask(float s[8][4], const int prow[2], int c0, int qd) {
 	const float ninf = -__int_as_float(0x7f800000);
-	mx[0] = mx[1] = ninf;
-	l[0] = l[1] = 0.0f;
+	int lim[2] = {prow[0] - c0 - 2 * qd, prow[1] - c0 - 2 * qd};
 #pragma unroll
 	for (int j = 0; j < 8; j++)
 #pragma unroll
-		for (int e = 0; e < 4; e++) {
-			float v = s[j][e] * scale;
-			if (mask && c0 + 8 * j + 2 * qd + (e & 1) > prow[e >> 1]) v = ninf;
-			s[j][e] = v;
-			mx[e >> 1] = fa_max(mx[e >> 1], v);
-		}
+		for (int e = 0; e < 4; e++)
+			if (8 * j + (e & 1) > lim[e >> 1]) s[j][e] = ninf;
+}
+
+// fa_softmax turns a 16-row tile's raw scores q·k of chunk positions c0 ..
+// c0 + 63 (fa_mask's layout) into P_j = 2^(s_j·sl − max_j s_j·sl) (sl =
+// fa_log2e_scale(scale)), the positions past a row's prow at −∞ first
+// (when mask: a chunk some row ends inside), and gives each row's m =
+// max_j s_j·scale and l = Σ P_j, every lane of a quad the same: a lane's
+// own positions in order, then the lanes by xor 1 and 2.
+__device__ __forceinline__ void fa_softmax(float s[8][4], const int prow[2], int c0, int qd, float scale, float sl,
+                                           bool mask, float mx[2], float l[2]) {
+	const float ninf = -__int_as_float(0x7f800000);
+	if (mask) fa_mask(s, prow, c0, qd);
+	float rm[2] = {ninf, ninf}, ml[2];
+#pragma unroll
+	for (int j = 0; j < 8; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) rm[e >> 1] = fa_max(rm[e >> 1], s[j][e]);
 #pragma unroll
 	for (int e = 0; e < 2; e++) {
-		mx[e] = fa_max(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-		mx[e] = fa_max(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+		rm[e] = fa_max(rm[e], __shfl_xor_sync(0xffffffffu, rm[e], 1));
+		rm[e] = fa_max(rm[e], __shfl_xor_sync(0xffffffffu, rm[e], 2));
+		mx[e] = __fmul_rn(rm[e], scale);
+		ml[e] = __fmul_rn(rm[e], sl);
+		l[e] = 0.0f;
 	}
 #pragma unroll
 	for (int j = 0; j < 8; j++)
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
-			float pe = fa_exp(s[j][e] - mx[e >> 1]);
+			float pe = fa_exp2(__fmaf_rn(s[j][e], sl, -ml[e >> 1]));
 			s[j][e] = pe;
 			l[e >> 1] += pe;
 		}
@@ -267,6 +288,7 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 	__syncwarp();
 	const float ninf = -__int_as_float(0x7f800000);
 	float M[2] = {ninf, ninf}, L[2] = {0.0f, 0.0f}, oacc[SPLIT ? 1 : NT][4];
+	const float sl = fa_log2e_scale(scale);
 	if (!SPLIT)
 #pragma unroll
 		for (int nn = 0; nn < (SPLIT ? 1 : NT); nn++)
@@ -328,7 +350,7 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 			}
 		}
 		float mx[2], l[2];
-		fa_softmax(s, prow, c * FA_CHUNK, qd, scale, true, mx, l);
+		fa_softmax(s, prow, c * FA_CHUNK, qd, scale, sl, true, mx, l);
 		// P's A fragments for positions 16kc .. 16kc + 15 (s[2kc] and
 		// s[2kc + 1] side by side) as three BF16 terms each.
 		u32 pa[4][3][4];
@@ -345,16 +367,13 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 		// order.
 		bool mine[2] = {prow[0] >= c * FA_CHUNK, prow[1] >= c * FA_CHUNK}; // the row has positions in the chunk
 		float fa[2], fb[2];
-		if (!SPLIT && c > 0)
+		if (!SPLIT)
 #pragma unroll
 			for (int e2 = 0; e2 < 2; e2++)
 				if (mine[e2]) {
 					fa_weights(&M[e2], mx[e2], &fa[e2], &fb[e2]);
 					L[e2] = fa_mix(L[e2], fa[e2], l[e2], fb[e2]);
 				}
-#pragma unroll
-		for (int e2 = 0; e2 < 2; e2++)
-			if (!SPLIT && c == 0 && mine[e2]) M[e2] = mx[e2], L[e2] = l[e2];
 		float *part[2];
 #pragma unroll
 		for (int e2 = 0; e2 < 2; e2++) {
@@ -390,8 +409,6 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 					if (!mine[e2]) continue;
 					if (SPLIT)
 						part[e2][2 + 8 * nn + 2 * qd + (e & 1)] = o[h2][e];
-					else if (c == 0)
-						oacc[SPLIT ? 0 : nn][e] = o[h2][e];
 					else
 						oacc[SPLIT ? 0 : nn][e] = fa_mix(oacc[SPLIT ? 0 : nn][e], fa[e2], o[h2][e], fb[e2]);
 				}
@@ -423,7 +440,7 @@ extern "C" __global__ void lb_flash_merge(float *out, const float *partials, con
 	if (part_off[t] < 0) return;
 	i64 zs = (i64)H * (Dh + 2);
 	const float *part = partials + ((i64)part_off[t] * H + h) * (Dh + 2);
-	float M = 0.0f, L = 0.0f, O = 0.0f;
+	float M = -__int_as_float(0x7f800000), L = 0.0f, O = 0.0f;
 	for (int z0 = 0; z0 < n; z0 += FA_MERGE) {
 		int nz = min(FA_MERGE, n - z0);
 		__syncthreads();
@@ -438,10 +455,6 @@ extern "C" __global__ void lb_flash_merge(float *out, const float *partials, con
 #pragma unroll
 		for (int i = 0; i < FA_MERGE; i++) {
 			if (i >= nz) break;
-			if (z0 + i == 0) {
-				M = sm[0], L = sl[0], O = ov[0];
-				continue;
-			}
 			float a, b;
 			fa_weights(&M, sm[i], &a, &b);
 			L = fa_mix(L, a, sl[i], b);

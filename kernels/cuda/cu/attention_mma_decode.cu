@@ -3,8 +3,8 @@
 // block sharing each chunk, for decode steps of many sequences at long
 // contexts. The same numerics, bit for bit, as attention_mma.cu: each
 // chunk's (m_c, l_c, o_c) is computed by the same mma chains (head-dim
-// chunks of 16 in order, term pairs in order, from 0), the same scale,
-// mask, exp and P split, and l_c summed in the same order; lb_flash_merge
+// chunks of 16 in order, term pairs in order, from 0), the same max, mask,
+// exponent (fa_softmax's) and P split, and l_c summed in the same order; lb_flash_merge
 // folds the partials.
 //
 // Why: lb_flash_d*_split runs a chunk in one warp (its 2 × 8 mma chains
@@ -55,7 +55,7 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	cp_async_commit();
 	fa_rows(rows[1], blocks, bs, KVH, kh, DH, (c + Z) * FA_CHUNK, pmax);
 	fa_stage_q<DH, QT>(qs, q, t0, n, G, kh, H, tid, blockDim.x);
-	const float ninf = -__int_as_float(0x7f800000);
+	const float ninf = -__int_as_float(0x7f800000), sl = fa_log2e_scale(scale);
 	for (int it = 0; c * FA_CHUNK <= pmax; c += Z, it++) {
 		int b = it & 1;
 		u16 *ks = kv0 + 2 * b * KV, *vs = ks + KV;
@@ -94,7 +94,7 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				int col = 8 * (2 * w + jj) + 2 * qd + (e & 1);
-				float v = s[jj][e] * scale;
+				float v = s[jj][e]; // raw q·k: fa_softmax's max, scaled after
 				if (c * FA_CHUNK + col > prow[e >> 1]) v = ninf;
 				s[jj][e] = v;
 				mx[e >> 1] = fa_max(mx[e >> 1], v);
@@ -108,17 +108,21 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 		__syncthreads();
 		// The chunk's row maxima (the max of maxima is the max, in any order),
 		// then P for this warp's positions: as float for l_c and as terms.
+		float ml[2];
 #pragma unroll
 		for (int e = 0; e < 2; e++) {
 			int r = g + 8 * e;
-			mx[e] = fa_max(fa_max(fa_max(smx[0][r], smx[1][r]), smx[2][r]), smx[3][r]);
+			float rm = fa_max(fa_max(fa_max(smx[0][r], smx[1][r]), smx[2][r]), smx[3][r]);
+			mx[e] = __fmul_rn(rm, scale);
+			ml[e] = __fmul_rn(rm, sl);
 		}
 #pragma unroll
 		for (int jj = 0; jj < 2; jj++)
 #pragma unroll
 			for (int e2 = 0; e2 < 2; e2++) {
 				int r = g + 8 * e2, col = 8 * (2 * w + jj) + 2 * qd;
-				float p0 = fa_exp(s[jj][2 * e2] - mx[e2]), p1 = fa_exp(s[jj][2 * e2 + 1] - mx[e2]);
+				float p0 = fa_exp2(__fmaf_rn(s[jj][2 * e2], sl, -ml[e2]));
+				float p1 = fa_exp2(__fmaf_rn(s[jj][2 * e2 + 1], sl, -ml[e2]));
 				sf[r][col] = p0;
 				sf[r][col + 1] = p1;
 				u32 tm[3];

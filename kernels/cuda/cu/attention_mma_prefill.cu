@@ -22,6 +22,71 @@
 // [2][2][FA_CHUNK][Dh + 8].
 #define FP_MT 2
 
+// fp_fold folds a chunk into a warp's rows: M and L by the chunk's (mx, l),
+// O by o_c = P·v, 16 head dims at a time (positions by 16 in order), each
+// group folded as soon as its mma chains end. CHECK: skip the rows with no
+// position in the chunk (c0 past prow); without it every row folds (a
+// chunk no row ends inside: each row has all 64 positions).
+template <int DH, bool CHECK>
+__device__ __forceinline__ void fp_fold(float oacc[FP_MT][DH / 8][4], float M[FP_MT][2], float L[FP_MT][2],
+                                        const float mx[FP_MT][2], const float l[FP_MT][2], const u32 pa[FP_MT][4][4],
+                                        u32 va, const int prow[FP_MT][2], int c0) {
+	constexpr int LD = DH + 8, NT = DH / 8, MT = FP_MT;
+	float fa[MT][2], fb[MT][2];
+	bool same = true; // no row's running max moved: every a is 1
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+		for (int e2 = 0; e2 < 2; e2++) {
+			if (CHECK && prow[mt][e2] < c0) continue;
+			fa_weights(&M[mt][e2], mx[mt][e2], &fa[mt][e2], &fb[mt][e2]);
+			L[mt][e2] = fa_mix(L[mt][e2], fa[mt][e2], l[mt][e2], fb[mt][e2]);
+			same = same && fa[mt][e2] == 1.0f;
+		}
+	// O = fma(o_c, b, O·a) is fa_mix in two steps: O·a first (skipped where
+	// a is 1 for the whole warp: O·1 is O), then the fma as each group of
+	// o_c is done.
+	if (!__all_sync(0xffffffffu, same))
+#pragma unroll
+		for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+			for (int nn = 0; nn < NT; nn++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					if (!CHECK || prow[mt][e >> 1] >= c0) oacc[mt][nn][e] = __fmul_rn(oacc[mt][nn][e], fa[mt][e >> 1]);
+#pragma unroll
+	for (int dp = 0; dp < NT / 2; dp++) {
+		float o[MT][2][4];
+#pragma unroll
+		for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+			for (int h2 = 0; h2 < 2; h2++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) o[mt][h2][e] = 0.0f;
+#pragma unroll
+		for (int kc = 0; kc < 4; kc++) {
+			u32 vb[4];
+			ldsm_x4_t_at(vb, va + 2 * (16 * kc * LD + 16 * dp));
+#pragma unroll
+			for (int mt = 0; mt < MT; mt++) {
+				uint4 a = fa_frag(pa[mt][kc]);
+				mma_bf16(o[mt][0], a, vb[0], vb[1]);
+				mma_bf16(o[mt][1], a, vb[2], vb[3]);
+			}
+		}
+#pragma unroll
+		for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+			for (int h2 = 0; h2 < 2; h2++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int e2 = e >> 1, nn = 2 * dp + h2;
+					if (CHECK && prow[mt][e2] < c0) continue;
+					oacc[mt][nn][e] = __fmaf_rn(o[mt][h2][e], fb[mt][e2], oacc[mt][nn][e]);
+				}
+	}
+}
+
 template <int DH>
 __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp, const u8 *vp, const int *tables,
                                        int stride, const int *seq, const int *pos, const int *work, int bs, int H,
@@ -56,7 +121,12 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 	int wpmin = wn > 0 ? pos[t0 + wfirst] : -1, wpmax = wn > 0 ? pos[t0 + wfirst + wn - 1] : -1;
 #pragma unroll
 	for (int mt = 0; mt < MT; mt++) fa_stage_q<DH, 1>(qs + mt * 16 * LD, q, t0 + wfirst + mt * R, wn - mt * R, G, kh, H, lane, 32);
-	const float ninf = -__int_as_float(0x7f800000);
+	const float ninf = -__int_as_float(0x7f800000), sl = fa_log2e_scale(scale);
+	// ldmatrix addresses (shared space, bytes): this lane's row of q's
+	// tiles; of k and v in buffer 0 (fragments at immediate offsets).
+	u32 qa0 = smem_u32(qs) + 2 * ((lane & 15) * LD + (lane >> 4) * 8), kv0a = smem_u32(kv0);
+	u32 klane = 2 * ((((lane >> 4) & 1) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8);
+	u32 vlane = 2 * ((((lane >> 3) & 1) * 8 + (lane & 7)) * LD + ((lane >> 4) & 1) * 8);
 	float M[MT][2], L[MT][2], oacc[MT][NT][4];
 #pragma unroll
 	for (int mt = 0; mt < MT; mt++) {
@@ -69,7 +139,8 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 	}
 	for (int c = 0; c * FA_CHUNK <= pmax; c++) {
 		int b = c & 1;
-		u16 *ks = kv0 + 2 * b * KV, *vs = ks + KV;
+		// This lane's ldmatrix addresses in chunk c's k and v (shared space).
+		u32 ka = kv0a + 2 * (2 * b * KV) + klane, va = kv0a + 2 * ((2 * b + 1) * KV) + vlane;
 		__syncthreads(); // every warp is done with chunk c − 1's buffers; rows[b ^ 1] is written
 		if ((c + 1) * FA_CHUNK <= pmax) fa_copy<DH>(kv0 + 2 * (b ^ 1) * KV, kv0 + (2 * (b ^ 1) + 1) * KV, kp, vp, rows[b ^ 1]);
 		cp_async_commit();
@@ -88,11 +159,11 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 			for (int dc = 0; dc < DC; dc++) {
 				u32 qa[MT][4];
 #pragma unroll
-				for (int mt = 0; mt < MT; mt++) ldsm_x4(qa[mt], qs + (mt * 16 + (lane & 15)) * LD + dc * 16 + (lane >> 4) * 8);
+				for (int mt = 0; mt < MT; mt++) ldsm_x4_at(qa[mt], qa0 + 2 * (mt * 16 * LD + dc * 16));
 #pragma unroll
 				for (int i = 0; i < 4; i++) {
 					u32 kb[4];
-					ldsm_x4(kb, ks + (16 * i + ((lane >> 4) & 1) * 8 + (lane & 7)) * LD + dc * 16 + ((lane >> 3) & 1) * 8);
+					ldsm_x4_at(kb, ka + 2 * (16 * i * LD + dc * 16));
 #pragma unroll
 					for (int mt = 0; mt < MT; mt++) {
 						uint4 a = fa_frag(qa[mt]);
@@ -103,11 +174,10 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 			}
 			bool masked = c * FA_CHUNK + FA_CHUNK - 1 > wpmin; // some row of the warp ends inside the chunk
 			u32 pa[MT][4][4];
-			float fa[MT][2], fb[MT][2];
+			float mx[MT][2], l[MT][2];
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++) {
-				float mx[2], l[2];
-				fa_softmax(s[mt], prow[mt], c * FA_CHUNK, qd, scale, masked, mx, l);
+				fa_softmax(s[mt], prow[mt], c * FA_CHUNK, qd, scale, sl, masked, mx[mt], l[mt]);
 #pragma unroll
 				for (int kc = 0; kc < 4; kc++) {
 					u32 t1, t2;
@@ -116,48 +186,13 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 					mma_terms(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1], &pa[mt][kc][2], &t1, &t2);
 					mma_terms(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3], &pa[mt][kc][3], &t1, &t2);
 				}
-#pragma unroll
-				for (int e2 = 0; e2 < 2; e2++) {
-					if (prow[mt][e2] < c * FA_CHUNK) continue; // no position of the row in the chunk
-					if (c == 0) {
-						M[mt][e2] = mx[e2], L[mt][e2] = l[e2];
-					} else {
-						fa_weights(&M[mt][e2], mx[e2], &fa[mt][e2], &fb[mt][e2]);
-						L[mt][e2] = fa_mix(L[mt][e2], fa[mt][e2], l[e2], fb[mt][e2]);
-					}
-				}
 			}
-#pragma unroll
-			for (int dp = 0; dp < NT / 2; dp++) {
-				float o[MT][2][4];
-#pragma unroll
-				for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-					for (int h2 = 0; h2 < 2; h2++)
-#pragma unroll
-						for (int e = 0; e < 4; e++) o[mt][h2][e] = 0.0f;
-#pragma unroll
-				for (int kc = 0; kc < 4; kc++) {
-					u32 vb[4];
-					ldsm_x4_t(vb, vs + (16 * kc + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + 16 * dp + ((lane >> 4) & 1) * 8);
-#pragma unroll
-					for (int mt = 0; mt < MT; mt++) {
-						uint4 a = fa_frag(pa[mt][kc]);
-						mma_bf16(o[mt][0], a, vb[0], vb[1]);
-						mma_bf16(o[mt][1], a, vb[2], vb[3]);
-					}
-				}
-#pragma unroll
-				for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-					for (int h2 = 0; h2 < 2; h2++)
-#pragma unroll
-						for (int e = 0; e < 4; e++) {
-							int e2 = e >> 1, nn = 2 * dp + h2;
-							if (prow[mt][e2] < c * FA_CHUNK) continue;
-							oacc[mt][nn][e] = c == 0 ? o[mt][h2][e] : fa_mix(oacc[mt][nn][e], fa[mt][e2], o[mt][h2][e], fb[mt][e2]);
-						}
-			}
+			// A chunk no row of the warp ends inside folds every row; one
+			// that some row ends inside, or starts past, checks each.
+			if (masked)
+				fp_fold<DH, true>(oacc, M, L, mx, l, pa, va, prow, c * FA_CHUNK);
+			else
+				fp_fold<DH, false>(oacc, M, L, mx, l, pa, va, prow, c * FA_CHUNK);
 		}
 		// Chunk c + 2's rows into rows[b] (its last reader, chunk c's copy,
 		// was issued before this round's first barrier).

@@ -176,15 +176,20 @@ template <int n> __device__ __forceinline__ void cp_async_wait() {
 // l gives the address of row l & 7 of matrix l >> 3 and receives, in r[i],
 // matrix i's row l >> 2, elements 2(l & 3) and 2(l & 3) + 1 (ldsm_x4_t:
 // of the transposed matrix).
-__device__ __forceinline__ void ldsm_x4(u32 *r, const void *p) {
+// ldsm_x4_at and ldsm_x4_t_at take the shared-space address (smem_u32): a
+// kernel that keeps one per lane and buffer reaches every fragment by an
+// immediate offset, not a generic-to-shared conversion a load.
+__device__ __forceinline__ void ldsm_x4_at(u32 *r, u32 a) {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
 	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-	             : "r"(smem_u32(p))
+	             : "r"(a)
 	             : "memory");
 }
-__device__ __forceinline__ void ldsm_x4_t(u32 *r, const void *p) {
+__device__ __forceinline__ void ldsm_x4_t_at(u32 *r, u32 a) {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
 	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-	             : "r"(smem_u32(p))
+	             : "r"(a)
 	             : "memory");
 }
+__device__ __forceinline__ void ldsm_x4(u32 *r, const void *p) { ldsm_x4_at(r, smem_u32(p)); }
+__device__ __forceinline__ void ldsm_x4_t(u32 *r, const void *p) { ldsm_x4_t_at(r, smem_u32(p)); }
