@@ -4,8 +4,10 @@ package runtime
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,8 +18,9 @@ import (
 // BenchmarkCUDAServeSteps: the two phases of LowBArena's serve workload on
 // the device-resident forward, as lowbit serve runs them (BF16 prefill,
 // top-64 rows on the device), without the HTTP and engine around them:
-// 32 prompts of 8,192 tokens prefilled in chunks of 2,048 (one sequence a
-// chunk), then decode steps of the 32 sequences together at 8,192
+// 32 prompts of 8,192 tokens prefilled in chunks of 8,192, lowbit serve's
+// step on a GPU (LOWBIT_SERVE_CHUNK, a divisor of 8,192, sets another; one
+// sequence a chunk), then decode steps of the 32 sequences together at 8,192
 // positions. Each phase is set beside its floor measured in the same run:
 // a decode step against the bytes it reads (weights and the 32 caches)
 // over the copy bandwidth; prefill against its FLOPs at PyTorch's best
@@ -27,7 +30,15 @@ import (
 //	runtime.test -test.run XXX -test.bench CUDAServeSteps -test.benchtime 16x
 func BenchmarkCUDAServeSteps(b *testing.B) {
 	d, bw, m := cudaBenchModel(b, "qwen3-8b")
-	const seqs, prompt, chunk, bs = 32, 8192, 2048, 16
+	const seqs, prompt, bs = 32, 8192, 16
+	chunk := 8192
+	if v := os.Getenv("LOWBIT_SERVE_CHUNK"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || prompt%n != 0 {
+			b.Fatalf("LOWBIT_SERVE_CHUNK=%q: want a divisor of %d", v, prompt)
+		}
+		chunk = n
+	}
 	perSeq := (prompt + 256) / bs
 	gpu, err := NewCUDAExecutor(m, d, seqs*perSeq, bs, kernels.KVBF16, WithPrefillBF16())
 	if err != nil {
@@ -67,7 +78,7 @@ func BenchmarkCUDAServeSteps(b *testing.B) {
 				b.Fatal(err)
 			}
 			if profile {
-				logProfile(b, "prefill chunk of 2,048 at 6,144", d.StopProfile())
+				logProfile(b, fmt.Sprintf("prefill chunk of %d at %d", chunk, c), d.StopProfile())
 			} else if s > 0 { // the first sequence warms up
 				chunks = append(chunks, time.Since(c0))
 			}
@@ -119,7 +130,7 @@ func BenchmarkCUDAServeSteps(b *testing.B) {
 	if peak := torchBF16Peak(b); peak > 0 {
 		b.ReportMetric(flops/prefill.Seconds()/peak, "prefill-of-torch-bf16-gemm")
 	}
-	b.ReportMetric(float64(chunks[len(chunks)/2].Microseconds())/1e3, "chunk-2048-ms")
+	b.ReportMetric(float64(chunks[len(chunks)/2].Microseconds())/1e3, fmt.Sprintf("chunk-%d-ms", chunk))
 	b.ReportMetric(float64(med.Microseconds())/1e3, "decode-step-ms")
 	b.ReportMetric(stepBytes/bw*1e3, "decode-floor-ms")
 	b.ReportMetric(stepBytes/bw/med.Seconds(), "decode-of-roofline")

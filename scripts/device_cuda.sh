@@ -122,13 +122,19 @@ kill $pid; wait $pid 2>/dev/null
 echo "== LowBArena workloads on the Qwen3-8B shape, scaled (interactive: 8 of 32 prompts; serve: 32 of 64 prompts, 128 of 512 generated; long_context: 16 of 128 prompts and in flight, 64 of 256 generated)"
 # Twice: every row on float32 activations (the default), then prompt rows'
 # linear layers on BF16 activations through cuBLASLt (--prefill-activations bf16).
+# SERVE_BATCHED lists --max-num-batched-tokens values to run each with (0,
+# the default: lowbit serve's own).
 for act in ${PREFILL_ACTS:-float32 bf16}; do
-echo "-- prefill activations $act" | tee -a "$work"
-serve q8 /tmp/lowbit-bench-qwen3-8b/bf16 8013 --max-model-len 16448 --prefill-activations $act
-workload interactive-$act 8013 --workload random --random-input-len 1024 --random-output-len 256 --num-prompts 8 --max-concurrency 1
-workload serve-$act 8013 --workload random --random-input-len 8192 --random-output-len 128 --num-prompts 32 --max-concurrency 32
-workload long_context-$act 8013 --workload random --random-input-len 16000 --random-output-len 64 --num-prompts 16 --max-concurrency 16
+for bt in ${SERVE_BATCHED:-0}; do
+flags=() tag=$act
+[ "$bt" = 0 ] || flags=(--max-num-batched-tokens "$bt") tag=$act-b$bt
+echo "-- prefill activations $act, max-num-batched-tokens ${flags[1]:-default}" | tee -a "$work"
+serve q8 /tmp/lowbit-bench-qwen3-8b/bf16 8013 --max-model-len 16448 --prefill-activations $act "${flags[@]}"
+workload interactive-$tag 8013 --workload random --random-input-len 1024 --random-output-len 256 --num-prompts 8 --max-concurrency 1
+workload serve-$tag 8013 --workload random --random-input-len 8192 --random-output-len 128 --num-prompts 32 --max-concurrency 32
+workload long_context-$tag 8013 --workload random --random-input-len 16000 --random-output-len 64 --num-prompts 16 --max-concurrency 16
 kill $pid; wait $pid 2>/dev/null
+done
 done
 grep -E "engine" "$out/serve.log" | head -4
 fi

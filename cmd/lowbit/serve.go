@@ -53,7 +53,7 @@ SIGINT or SIGTERM stops accepting requests and drains those in flight.`,
 	f.Int64Var(&c.KVCacheMemoryBytes, "kv-cache-memory-bytes", 0, "size of the KV cache in bytes (overrides --gpu-memory-utilization for it)")
 	f.StringVar(&c.KVCacheDType, "kv-cache-dtype", "auto", "KV cache dtype: auto (BF16) or fp8 (E4M3 with the checkpoint's k/v scales)")
 	f.IntVar(&c.MaxNumSeqs, "max-num-seqs", 0, "most sequences per step (default 256 on a GPU, 16 on the CPU)")
-	f.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "most tokens per step, prefill chunks included (default 2048 on a GPU, 512 on the CPU)")
+	f.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "most tokens per step, prefill chunks included (default 8192 on a GPU, 512 on the CPU)")
 	f.IntVar(&c.BlockSize, "block-size", 16, "positions per KV cache block")
 	f.StringVar(&c.GenerationConfig, "generation-config", "auto", "default sampling: auto (the model's generation_config.json), vllm (vLLM's defaults), or a directory holding generation_config.json")
 	f.IntVar(&c.MaxLogprobs, "max-logprobs", 20, "most logprobs and prompt_logprobs a request may ask for (-1: the whole vocabulary)")

@@ -247,7 +247,11 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 		}
 	}
 	if e.MaxNumBatchedTokens == 0 {
-		e.MaxNumBatchedTokens = 2048
+		// 8,192 on a GPU, as LowBArena's stock engine runs vLLM (and vLLM's
+		// own default for a server on a large GPU): a long prompt in few
+		// steps, and the decode rows beside each chunk read the weights
+		// once a step, so fewer steps cost less.
+		e.MaxNumBatchedTokens = 8192
 		if dev == nil {
 			e.MaxNumBatchedTokens = 512
 		}
