@@ -508,33 +508,36 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 	if err := k.RMSNorm(n, x, e.layers[0].inputNorm, T, d.hidden, d.eps, false); err != nil {
 		return err
 	}
+	// With BF16 prompt rows, the norms and SiLU-mul write those rows as
+	// BF16 for cuBLASLt (xb, the first p rows; n or g the rest).
+	var xb, nb, gb cuda.Buf
+	var p, np, gp int
+	var err error
 	for i := range e.layers {
 		dl := &e.layers[i]
-		if err := e.matmul(k, n, T, []cuda.Buf{q, kk, v}, dl.q, dl.k, dl.v); err != nil {
+		if err := e.matmulBF16(k, xb, n, p, T, []cuda.Buf{q, kk, v}, dl.q, dl.k, dl.v); err != nil {
 			return err
 		}
 		if err := e.attention(k, dl, T, bt, scale); err != nil {
 			return err
 		}
-		if err := k.AddRMSNorm(x, h, n, dl.postNorm, T, d.hidden, d.eps, false); err != nil {
+		if nb, np, err = e.normBF16(k, x, h, n, dl.postNorm, T, dl.gate, dl.up); err != nil {
 			return err
 		}
-		if err := e.matmul(k, n, T, []cuda.Buf{g, u}, dl.gate, dl.up); err != nil {
+		if err := e.matmulBF16(k, nb, n, np, T, []cuda.Buf{g, u}, dl.gate, dl.up); err != nil {
 			return err
 		}
-		if err := k.SiLUMul(g, g, u, T*d.inter); err != nil {
+		if gb, gp, err = e.siluBF16(k, g, u, T, dl.down); err != nil {
 			return err
 		}
-		if err := e.matmul(k, g, T, []cuda.Buf{h}, dl.down); err != nil {
+		if err := e.matmulBF16(k, gb, g, gp, T, []cuda.Buf{h}, dl.down); err != nil {
 			return err
 		}
-		var err error
-		if i+1 < len(e.layers) {
-			err = k.AddRMSNorm(x, h, n, e.layers[i+1].inputNorm, T, d.hidden, d.eps, false)
-		} else {
-			err = k.Add(x, x, h, T*d.hidden)
+		if i+1 == len(e.layers) {
+			return k.Add(x, x, h, T*d.hidden)
 		}
-		if err != nil {
+		next := &e.layers[i+1]
+		if xb, p, err = e.normBF16(k, x, h, n, next.inputNorm, T, next.q, next.k, next.v); err != nil {
 			return err
 		}
 	}

@@ -22,30 +22,86 @@ type CUDAOption func(*CUDAExecutor)
 // keep float32 activations.
 func WithPrefillBF16() CUDAOption { return func(e *CUDAExecutor) { e.prefillBF16 = true } }
 
-// matmul runs x [T, in] through the weights ws into ys (MatMulShared):
-// the step's first e.prompt rows through cuBLASLt on BF16 x when the
-// weights have row-major copies, the others on the float32-activation
-// kernels.
-func (e *CUDAExecutor) matmul(k *cuda.K, x cuda.Buf, T int, ys []cuda.Buf, ws ...*cuda.Weight) error {
-	p := e.prompt
+// bf16Rows is how many of the step's first rows run through the weights ws
+// on BF16 activations: e.prompt when every weight has a row-major copy for
+// cuBLASLt, else none.
+func (e *CUDAExecutor) bf16Rows(ws ...*cuda.Weight) int {
 	for _, w := range ws {
 		if w.Rows.Bytes() == 0 {
-			p = 0
+			return 0
 		}
 	}
+	return e.prompt
+}
+
+// matmul runs x [T, in] through the weights ws into ys (MatMulShared):
+// the step's first bf16Rows rows through cuBLASLt on BF16 x, the others on
+// the float32-activation kernels.
+func (e *CUDAExecutor) matmul(k *cuda.K, x cuda.Buf, T int, ys []cuda.Buf, ws ...*cuda.Weight) error {
+	p := e.bf16Rows(ws...)
 	if p == 0 {
 		return k.MatMulShared(x, T, ys, ws)
+	}
+	in := ws[0].In
+	xb, err := k.LtInput(p * in)
+	if err != nil {
+		return err
+	}
+	if err := k.ToBF16(xb, x, p*in); err != nil {
+		return err
+	}
+	return e.matmulBF16(k, xb, x, p, T, ys, ws...)
+}
+
+// matmulBF16 is matmul whose first p rows are already BF16 in xb (made by
+// a producer with a BF16 output, AddRMSNormBF16 or SiLUMulBF16: one pass
+// less over the activations); x holds the rest, rows p .. T (all of them
+// when p is 0).
+func (e *CUDAExecutor) matmulBF16(k *cuda.K, xb, x cuda.Buf, p, T int, ys []cuda.Buf, ws ...*cuda.Weight) error {
+	if p == 0 {
+		return e.matmul(k, x, T, ys, ws...)
 	}
 	in := ws[0].In
 	head, rest := make([]cuda.Buf, len(ys)), make([]cuda.Buf, len(ys))
 	for i, w := range ws {
 		head[i], rest[i] = ys[i].F32(0, p*w.Out), ys[i].F32(p*w.Out, T*w.Out)
 	}
-	if err := k.MatMulLtShared(x.F32(0, p*in), p, head, ws); err != nil {
+	if err := k.MatMulLtBF16(xb, p, head, ws); err != nil {
 		return err
 	}
 	if T == p {
 		return nil
 	}
 	return k.MatMulShared(x.F32(p*in, T*in), T-p, rest, ws)
+}
+
+// normBF16 is AddRMSNorm of x += h into n whose first bf16Rows(ws) rows go
+// to LtInput's buffer as BF16 instead: the input of matmulBF16 through ws.
+// It returns that buffer and its row count (0: n holds every row).
+func (e *CUDAExecutor) normBF16(k *cuda.K, x, h, n, w cuda.Buf, T int, ws ...*cuda.Weight) (cuda.Buf, int, error) {
+	d := e.m.d
+	p := e.bf16Rows(ws...)
+	if p == 0 || d.hidden%2 != 0 {
+		return cuda.Buf{}, 0, k.AddRMSNorm(x, h, n, w, T, d.hidden, d.eps, false)
+	}
+	xb, err := k.LtInput(p * d.hidden)
+	if err != nil {
+		return cuda.Buf{}, 0, err
+	}
+	return xb, p, k.AddRMSNormBF16(x, h, n, xb, w, T, d.hidden, p, d.eps, false)
+}
+
+// siluBF16 is SiLUMul of g and u into g whose first bf16Rows(ws) rows go to
+// LtInput's buffer as BF16 instead, like normBF16.
+func (e *CUDAExecutor) siluBF16(k *cuda.K, g, u cuda.Buf, T int, ws ...*cuda.Weight) (cuda.Buf, int, error) {
+	d := e.m.d
+	p := e.bf16Rows(ws...)
+	if p == 0 || d.inter%2 != 0 {
+		return cuda.Buf{}, 0, k.SiLUMul(g, g, u, T*d.inter)
+	}
+	gb, err := k.LtInput(p * d.inter)
+	if err != nil {
+		return cuda.Buf{}, 0, err
+	}
+	return gb, p, k.SiLUMulBF16(g, gb, g, u, T*d.inter, p*d.inter)
 }

@@ -149,26 +149,65 @@ func (k *K) MatMulLt(y, xb Buf, T int, w *Weight) error {
 }
 
 // MatMulLtShared runs MatMulLt for weights that read the same float32 x
-// [T, in], rounded to BF16 once (into a buffer of the device's).
+// [T, in], rounded to BF16 once (into LtInput's buffer).
 func (k *K) MatMulLtShared(x Buf, T int, ys []Buf, ws []*Weight) error {
-	if len(ys) != len(ws) || len(ws) == 0 {
-		return fmt.Errorf("cuda: MatMulLtShared of %d outputs and %d weights", len(ys), len(ws))
+	if len(ws) == 0 {
+		return fmt.Errorf("cuda: MatMulLtShared of no weights")
 	}
 	in := ws[0].In
-	xb, err := k.d.persistent("lt_x", 2*T*in)
+	xb, err := k.LtInput(T * in)
 	if err != nil {
 		return err
 	}
 	if err := k.ToBF16(xb, x, T*in); err != nil {
 		return err
 	}
+	return k.MatMulLtBF16(xb, T, ys, ws)
+}
+
+// LtInput is the device's buffer for n BF16 matmul inputs, which the
+// producers with a BF16 output (AddRMSNormBF16, SiLUMulBF16) write for
+// MatMulLtBF16; it is reused by every call (stream order keeps it safe),
+// and growing it waits for the device, so it is not for graph capture.
+func (k *K) LtInput(n int) (Buf, error) { return k.d.persistent("lt_x", 2*n) }
+
+// MatMulLtBF16 runs MatMulLt for weights that read the same BF16 xb [T, in].
+func (k *K) MatMulLtBF16(xb Buf, T int, ys []Buf, ws []*Weight) error {
+	if len(ys) != len(ws) || len(ws) == 0 {
+		return fmt.Errorf("cuda: MatMulLtBF16 of %d outputs and %d weights", len(ys), len(ws))
+	}
 	for i, w := range ws {
-		if w.In != in {
-			return fmt.Errorf("cuda: MatMulLtShared: a %dx%d weight beside one of %d columns", w.Out, w.In, in)
+		if w.In != ws[0].In {
+			return fmt.Errorf("cuda: MatMulLtBF16: a %dx%d weight beside one of %d columns", w.Out, w.In, ws[0].In)
 		}
 		if err := k.MatMulLt(ys[i], xb, T, w); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// AddRMSNormBF16 is AddRMSNorm whose first nb rows go to yb as BF16 [nb, D]
+// instead of to y (add_rmsnorm.cu): what ToBF16 would make of them, in one
+// pass. D must be even.
+func (k *K) AddRMSNormBF16(x, h, y, yb, w Buf, T, D, nb int, eps float32, zeroCentered bool) error {
+	if D%2 != 0 || nb < 0 || nb > T || yb.bytes < 2*nb*D || y.bytes < 4*T*D {
+		return fmt.Errorf("cuda: AddRMSNormBF16 of %d rows of %d, %d as BF16 (y %d bytes, yb %d)", T, D, nb, y.bytes, yb.bytes)
+	}
+	zc := 0
+	if zeroCentered {
+		zc = 1
+	}
+	return k.d.launch("lb_add_rmsnorm_bf16", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
+		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(y.ptr), ptrArg(yb.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg(nb))
+}
+
+// SiLUMulBF16 is SiLUMul over n elements whose first nb (even) go to outb
+// as BF16 instead of to out (silu_mul.cu).
+func (k *K) SiLUMulBF16(out, outb, gate, up Buf, n, nb int) error {
+	if nb%2 != 0 || nb < 0 || nb > n || outb.bytes < 2*nb || out.bytes < 4*n {
+		return fmt.Errorf("cuda: SiLUMulBF16 of %d values, %d as BF16 (out %d bytes, outb %d)", n, nb, out.bytes, outb.bytes)
+	}
+	return k.d.launch("lb_silu_mul_bf16", grid1((n+1)/2, 256), [3]int{256, 1, 1}, 0,
+		ptrArg(out.ptr), ptrArg(outb.ptr), ptrArg(gate.ptr), ptrArg(up.ptr), i64Arg(int64(nb)), i64Arg(int64(n)))
 }

@@ -129,3 +129,88 @@ func TestMatMulLtRows(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16Producers: AddRMSNormBF16 and SiLUMulBF16 give, for their first
+// nb rows, the bits ToBF16 makes of AddRMSNorm's and SiLUMul's float32
+// output, and for the rest (and the residual) that output's own bits.
+func TestBF16Producers(t *testing.T) {
+	d := openOrSkip(t)
+	const T, D = 37, 1000
+	rng := rand.New(rand.NewPCG(3, 4))
+	vals := func(n int, s float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * s)
+		}
+		return v
+	}
+	buf := func(v []float32) Buf {
+		b, err := d.Alloc(4 * len(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Free(b) })
+		if err := d.Upload(b, asBytes(v, len(v))); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	get := func(b Buf, n int) []byte {
+		out := make([]byte, n)
+		if err := d.Download(out, b); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	x0, gate := vals(T*D, 1), vals(T*D, 3)
+	h, w, up := buf(vals(T*D, 1)), buf(vals(D, 0.5)), buf(vals(T*D, 1))
+	for _, nb := range []int{0, 1, 16, T} {
+		for _, zc := range []bool{false, true} {
+			// The reference: float32 outputs, then ToBF16 of the first nb rows.
+			xr, yr, ybr := buf(x0), buf(make([]float32, T*D)), buf(make([]float32, T*D))
+			xf, yf := buf(x0), buf(make([]float32, T*D))
+			yb := buf(make([]float32, T*D))
+			gr, gbr, gf, gbf := buf(gate), buf(make([]float32, T*D)), buf(gate), buf(make([]float32, T*D))
+			err := d.Run(func(k *K) error {
+				if err := k.AddRMSNorm(xr, h, yr, w, T, D, 1e-6, zc); err != nil {
+					return err
+				}
+				if nb > 0 { // ToBF16 of nothing is no launch
+					if err := k.ToBF16(ybr, yr, nb*D); err != nil {
+						return err
+					}
+				}
+				if err := k.AddRMSNormBF16(xf, h, yf, yb, w, T, D, nb, 1e-6, zc); err != nil {
+					return err
+				}
+				if err := k.SiLUMul(gr, gr, up, T*D); err != nil {
+					return err
+				}
+				if nb > 0 { // ToBF16 of nothing is no launch
+					if err := k.ToBF16(gbr, gr, nb*D); err != nil {
+						return err
+					}
+				}
+				return k.SiLUMulBF16(gf, gbf, gf, up, T*D, nb*D)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct {
+				what      string
+				got, want Buf
+				from, n   int // bytes
+			}{
+				{"norm BF16 rows", yb, ybr, 0, 2 * nb * D},
+				{"norm float32 rows", yf, yr, 4 * nb * D, 4 * T * D},
+				{"residual", xf, xr, 0, 4 * T * D},
+				{"silu BF16 rows", gbf, gbr, 0, 2 * nb * D},
+				{"silu float32 rows", gf, gr, 4 * nb * D, 4 * T * D},
+			} {
+				if g, want := get(c.got, 4*T*D)[c.from:c.n], get(c.want, 4*T*D)[c.from:c.n]; !bytes.Equal(g, want) {
+					t.Errorf("nb=%d zero-centered=%v: %s differ from the float32 kernel's (then ToBF16)", nb, zc, c.what)
+				}
+			}
+		}
+	}
+}

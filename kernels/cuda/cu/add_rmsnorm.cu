@@ -25,6 +25,39 @@ extern "C" __global__ void lb_add_rmsnorm(float *x, const float *h, float *y, co
 	}
 }
 
+// lb_add_rmsnorm_bf16: lb_add_rmsnorm whose rows below nb write y as BF16
+// into yb (row-major [nb, D], D even) instead of float32 into y: the
+// prompt rows of a BF16 prefill, which only cuBLASLt matmuls read (the bits
+// of lb_add_rmsnorm then lb_to_bf16, one pass).
+extern "C" __global__ void lb_add_rmsnorm_bf16(float *x, const float *h, float *y, u32 *yb, const float *w, int D,
+                                               float eps, int zero_centered, int nb) {
+	__shared__ float sh[32];
+	float *xr = x + (i64)blockIdx.x * D;
+	const float *hr = h + (i64)blockIdx.x * D;
+	float s = 0.0f;
+	for (int i = threadIdx.x; i < D; i += blockDim.x) {
+		float v = xr[i] + hr[i];
+		xr[i] = v;
+		s += v * v;
+	}
+	s = block_sum(s, sh);
+	float r = 1.0f / sqrtf(s / (float)D + eps);
+	if ((int)blockIdx.x < nb) {
+		u32 *ybr = yb + (i64)blockIdx.x * (D / 2);
+		for (int p = threadIdx.x; p < D / 2; p += blockDim.x) {
+			int i = 2 * p;
+			float g0 = zero_centered ? 1.0f + w[i] : w[i], g1 = zero_centered ? 1.0f + w[i + 1] : w[i + 1];
+			ybr[p] = (u32)f32_to_bf16(xr[i] * r * g0) | (u32)f32_to_bf16(xr[i + 1] * r * g1) << 16;
+		}
+		return;
+	}
+	float *yr = y + (i64)blockIdx.x * D;
+	for (int i = threadIdx.x; i < D; i += blockDim.x) {
+		float g = zero_centered ? 1.0f + w[i] : w[i];
+		yr[i] = xr[i] * r * g;
+	}
+}
+
 // lb_add_rmsnorm_terms: lb_add_rmsnorm (without the add when h is null)
 // writing y as mma terms (matmul_mma.cu) for a matrix of nc column chunks
 // instead of float32: the same values, split as lb_mma_split would; the

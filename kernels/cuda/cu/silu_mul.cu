@@ -30,3 +30,24 @@ extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const f
 	}
 	mma_put_terms(xs, nc, t, 2 * p, v[0], v[1]);
 }
+
+// lb_silu_mul_bf16: lb_silu_mul over n elements whose first nb (even) go
+// out as BF16 pairs into outb instead of float32 into out: the prompt rows
+// of a BF16 prefill, which only a cuBLASLt matmul reads (the bits of
+// lb_silu_mul then lb_to_bf16, one pass). One thread per pair.
+extern "C" __global__ void lb_silu_mul_bf16(float *out, u32 *outb, const float *gate, const float *up, i64 nb, i64 n) {
+	i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x, i = 2 * j;
+	if (i >= n) return;
+	float g0 = gate[i], v0 = g0 / (1.0f + expf(-g0)) * up[i];
+	if (i + 1 >= n) {
+		out[i] = v0;
+		return;
+	}
+	float g1 = gate[i + 1], v1 = g1 / (1.0f + expf(-g1)) * up[i + 1];
+	if (i < nb) {
+		outb[j] = (u32)f32_to_bf16(v0) | (u32)f32_to_bf16(v1) << 16;
+	} else {
+		out[i] = v0;
+		out[i + 1] = v1;
+	}
+}
