@@ -57,7 +57,7 @@ grep -E "^(--- |FAIL|ok|PASS)|GPU vs CPU" /tmp/engine_test.log | tail -10
 
 echo "== batch-1 decode and TTFT on the device-resident forward (Qwen3-0.6B, Qwen3-8B shapes)"
 for size in qwen3-0.6b qwen3-8b; do
-	(cd runtime && LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote"
+	(cd runtime && LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -24
 done
 
 if [ -n "${NCU:-}" ]; then
