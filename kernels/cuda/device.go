@@ -10,6 +10,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -51,6 +52,10 @@ type Device struct {
 	ltState   ltState   // cuBLASLt, opened on first use (lt.go)
 	prof      *profiler // StartProfile's, while one runs (profile.go)
 	capturing bool      // inside Capture
+	// pdl: launch kernels with programmatic stream serialization (each
+	// starts while the one before it finishes, and waits in lb_pdl_wait):
+	// LOWBIT_PDL=1 on sm_90 and later with cuLaunchKernelEx.
+	pdl bool
 	// gen counts reallocations of the persistent buffers, which captured
 	// graphs refer to by address: a graph of an older generation is stale.
 	gen int
@@ -157,6 +162,7 @@ func Open(opts Options) (*Device, error) {
 		return nil, err
 	}
 	d.Compile = info
+	d.pdl = os.Getenv("LOWBIT_PDL") == "1" && d.Major >= 9 && C.lb_cu_has_launch_ex() != 0
 	if err := check("cuModuleLoadData", C.lb_cuModuleLoadData(&d.mod, unsafe.Pointer(unsafe.SliceData(cubin)))); err != nil {
 		C.lb_cuDevicePrimaryCtxRelease(d.dev)
 		return nil, err
@@ -176,8 +182,12 @@ func archOf(major, minor int) string {
 
 // String describes the device.
 func (d *Device) String() string {
-	return fmt.Sprintf("%s (%s, %d SMs, %.0f GiB, driver %d, NVRTC %d.%d)", d.Name, d.Arch, d.SMs,
-		float64(d.Memory)/(1<<30), d.Driver, d.NVRTC[0], d.NVRTC[1])
+	pdl := ""
+	if d.pdl {
+		pdl = ", programmatic dependent launch"
+	}
+	return fmt.Sprintf("%s (%s, %d SMs, %.0f GiB, driver %d, NVRTC %d.%d%s)", d.Name, d.Arch, d.SMs,
+		float64(d.Memory)/(1<<30), d.Driver, d.NVRTC[0], d.NVRTC[1], pdl)
 }
 
 // do runs f on a locked OS thread with the context current, under the
@@ -265,6 +275,10 @@ func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...arg)
 		p = &slots[0]
 	}
 	return d.timed(name, func() error {
+		if d.pdl {
+			return check("cuLaunchKernelEx("+name+")", C.lb_cu_launch_pdl(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
+				C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), d.stream, p, C.int(len(args))))
+		}
 		return check("cuLaunchKernel("+name+")", C.lb_cu_launch(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
 			C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), d.stream, p, C.int(len(args))))
 	})

@@ -75,6 +75,24 @@ static void *libcuda, *libnvrtc;
 
 DRIVER_FUNCS(DRV)
 NVRTC_FUNCS(DRV)
+static lb_cures (*p_cuLaunchKernelEx)(const void *config, lb_handle fn, void **params, void **extra);
+
+// CUlaunchAttribute and CUlaunchConfig as cuda.h lays them out (12.x, 13.x).
+typedef struct {
+	int id; // CUlaunchAttributeID
+	char pad[4];
+	union {
+		char pad[64];
+		int value;
+	} v;
+} lb_launch_attr;
+typedef struct {
+	unsigned gx, gy, gz, bx, by, bz, shmem;
+	lb_handle stream;
+	lb_launch_attr *attrs;
+	unsigned nattrs;
+} lb_launch_config;
+_Static_assert(sizeof(lb_launch_attr) == 72 && sizeof(lb_launch_config) == 56, "cuda.h's launch structs");
 
 static int resolve(void *lib, const char *name, void **dst, char *err, size_t errlen) {
 	*dst = dlsym(lib, name);
@@ -95,6 +113,8 @@ int lb_cuda_open(const char *nvrtc_path, char *err, size_t errlen) {
 #define RES(name, ret, args)                                                                               \
 	if (!resolve(libcuda, #name, (void **)&p_##name, err, errlen)) return LB_CUDA_MISSING_SYMBOL;
 		DRIVER_FUNCS(RES)
+		// Optional (CUDA 12+): programmatic dependent launch goes through it.
+		p_cuLaunchKernelEx = (lb_cures(*)(const void *, lb_handle, void **, void **))dlsym(libcuda, "cuLaunchKernelEx");
 	}
 	if (!libnvrtc) {
 		static const char *names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12",
@@ -166,6 +186,22 @@ lb_cures lb_cu_launch(lb_handle fn, unsigned gx, unsigned gy, unsigned gz, unsig
 	if (nargs > 32) return 1; // CUDA_ERROR_INVALID_VALUE
 	for (int i = 0; i < nargs; i++) params[i] = &slots[i];
 	return p_cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
+}
+
+int lb_cu_has_launch_ex(void) { return p_cuLaunchKernelEx != NULL; }
+
+lb_cures lb_cu_launch_pdl(lb_handle fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned shmem, lb_handle stream, uint64_t *slots, int nargs) {
+	void *params[32];
+	if (nargs > 32) return 1;                    // CUDA_ERROR_INVALID_VALUE
+	if (!p_cuLaunchKernelEx) return 500;         // CUDA_ERROR_NOT_FOUND
+	for (int i = 0; i < nargs; i++) params[i] = &slots[i];
+	lb_launch_attr a;
+	memset(&a, 0, sizeof a);
+	a.id = 6; // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+	a.v.value = 1;
+	lb_launch_config c = {gx, gy, gz, bx, by, bz, shmem, stream, &a, 1};
+	return p_cuLaunchKernelEx(&c, fn, params, NULL);
 }
 
 lb_nvrtcres lb_nvrtcVersion(int *a, int *b) { return p_nvrtcVersion(a, b); }

@@ -75,6 +75,14 @@ lb_cures lb_cuMemsetD8Async(lb_devptr p, unsigned char v, size_t n, lb_handle s)
 lb_cures lb_cu_launch(lb_handle fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                       unsigned shmem, lb_handle stream, uint64_t *slots, int nargs);
 
+// lb_cu_launch_pdl is lb_cu_launch through cuLaunchKernelEx with
+// programmatic stream serialization: the kernel may start before the one
+// before it in the stream ends (it must wait with griddepcontrol.wait).
+// lb_cu_has_launch_ex says whether the driver has cuLaunchKernelEx.
+lb_cures lb_cu_launch_pdl(lb_handle fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned shmem, lb_handle stream, uint64_t *slots, int nargs);
+int lb_cu_has_launch_ex(void);
+
 // NVRTC.
 lb_nvrtcres lb_nvrtcVersion(int *major, int *minor);
 lb_nvrtcres lb_nvrtcCreateProgram(lb_handle *prog, const char *src, const char *name);

@@ -46,3 +46,57 @@ func TestSources(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelsWaitFirst: every kernel begins with lb_pdl_wait (after its
+// extern shared declaration), since with LOWBIT_PDL a kernel may start
+// before the one before it ends and must not read what that one writes
+// until it has waited. lb_mma_gemv starts its weight copies first (weights
+// never change) and waits before its loop. Runs without a GPU.
+func TestKernelsWaitFirst(t *testing.T) {
+	src, err := Source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := regexp.MustCompile(`extern "C" __global__\s+void\s+(?:__\w+__\([^)]*\)\s*)*(lb_\w+)\s*\(`)
+	shared := regexp.MustCompile(`^\s*extern __shared__[^;]*;`)
+	n := 0
+	for _, m := range head.FindAllStringSubmatchIndex(src, -1) {
+		name := src[m[2]:m[3]]
+		// The body: past the parameter list's closing parenthesis, from its
+		// opening brace to the matching one.
+		i, depth := m[1]-1, 0
+		for ; ; i++ {
+			if src[i] == '(' {
+				depth++
+			} else if src[i] == ')' {
+				if depth--; depth == 0 {
+					break
+				}
+			}
+		}
+		open := i + strings.IndexByte(src[i:], '{')
+		end, depth := open, 0
+		for ; ; end++ {
+			if src[end] == '{' {
+				depth++
+			} else if src[end] == '}' {
+				if depth--; depth == 0 {
+					break
+				}
+			}
+		}
+		body := shared.ReplaceAllString(src[open+1:end], "")
+		n++
+		switch {
+		case name == "lb_mma_gemv":
+			if !strings.Contains(body, "lb_pdl_wait();") {
+				t.Errorf("%s never calls lb_pdl_wait", name)
+			}
+		case !strings.HasPrefix(strings.TrimSpace(body), "lb_pdl_wait();"):
+			t.Errorf("%s does not begin with lb_pdl_wait()", name)
+		}
+	}
+	if n < 50 {
+		t.Errorf("found only %d kernels: the pattern no longer matches the sources", n)
+	}
+}

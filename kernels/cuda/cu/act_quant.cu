@@ -12,6 +12,7 @@
 // tensor). One block per (token, group) for the grouped kinds and per token
 // otherwise; max is exact in any order.
 extern "C" __global__ void lb_act_quant(float *xe, float *scales, const float *x, int in, int act, float input_scale) {
+	lb_pdl_wait();
 	__shared__ float sh[32];
 	int group = act == 3 ? 128 : act == 4 ? 16 : in;
 	int ng = in / group;

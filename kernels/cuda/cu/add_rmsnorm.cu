@@ -7,6 +7,7 @@
 // block per row.
 extern "C" __global__ void lb_add_rmsnorm(float *x, const float *h, float *y, const float *w, int D, float eps,
                                           int zero_centered) {
+	lb_pdl_wait();
 	__shared__ float sh[32];
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h + (i64)blockIdx.x * D;
@@ -31,6 +32,7 @@ extern "C" __global__ void lb_add_rmsnorm(float *x, const float *h, float *y, co
 // of lb_add_rmsnorm then lb_to_bf16, one pass).
 extern "C" __global__ void lb_add_rmsnorm_bf16(float *x, const float *h, float *y, u32 *yb, const float *w, int D,
                                                float eps, int zero_centered, int nb) {
+	lb_pdl_wait();
 	__shared__ float sh[32];
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h + (i64)blockIdx.x * D;
@@ -64,6 +66,7 @@ extern "C" __global__ void lb_add_rmsnorm_bf16(float *x, const float *h, float *
 // columns past D are zeros.
 extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *xs, const float *w, int D, float eps,
                                                 int zero_centered, int nc) {
+	lb_pdl_wait();
 	__shared__ float sh[32];
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h ? h + (i64)blockIdx.x * D : 0;

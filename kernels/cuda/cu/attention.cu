@@ -51,6 +51,7 @@ extern "C" __global__ void lb_attention_split(float *partials, const float *q, c
                                               float kscale, float vscale, const int *tables, int stride,
                                               const int *seq, const int *pos, const int *part_off, int bs, int H,
                                               int KVH, int Dh, float scale) {
+	lb_pdl_wait();
 	__shared__ float qs[ATT_MAX_DH];
 	__shared__ float wm[ATT_WARPS], wl[ATT_WARPS];
 	__shared__ float wacc[ATT_WARPS][ATT_MAX_DH];
@@ -113,6 +114,7 @@ extern "C" __global__ void lb_attention_split(float *partials, const float *q, c
 
 extern "C" __global__ void lb_attention_merge(float *out, const float *partials, const int *pos, const int *part_off,
                                               int H, int Dh) {
+	lb_pdl_wait();
 	int t = blockIdx.x, h = blockIdx.y, n = pos[t] / att_chunk(pos[t]) + 1;
 	i64 zs = (i64)H * (Dh + 2); // from one chunk's partial to the next
 	const float *part = partials + ((i64)part_off[t] * H + h) * (Dh + 2);

@@ -435,6 +435,7 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 #define FA_MERGE 32
 extern "C" __global__ void lb_flash_merge(float *out, const float *partials, const int *pos, const int *part_off, int H,
                                           int Dh) {
+	lb_pdl_wait();
 	__shared__ float sm[FA_MERGE], sl[FA_MERGE];
 	int t = blockIdx.x, h = blockIdx.y, n = pos[t] / FA_CHUNK + 1, d = threadIdx.x;
 	if (part_off[t] < 0) return;
@@ -474,43 +475,43 @@ extern "C" __global__ void lb_flash_merge(float *out, const float *partials, con
 // lb_flash_d<head dim>_k<k and v terms>_<mode>[_q1][_p]: blocks of up to 4
 // warps; _q1: q and P as one BF16 term; _p: a BF16 cache's next chunk
 // copied while this one is multiplied (the same bits).
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole(FA_PARAMS) { fa_run<16, 1, 3, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split(FA_PARAMS) { fa_run<16, 1, 3, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole_q1(FA_PARAMS) { fa_run<16, 1, 1, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split_q1(FA_PARAMS) { fa_run<16, 1, 1, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole(FA_PARAMS) { fa_run<16, 3, 3, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split(FA_PARAMS) { fa_run<16, 3, 3, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole_q1(FA_PARAMS) { fa_run<16, 3, 1, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split_q1(FA_PARAMS) { fa_run<16, 3, 1, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole(FA_PARAMS) { fa_run<32, 1, 3, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split(FA_PARAMS) { fa_run<32, 1, 3, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole_q1(FA_PARAMS) { fa_run<32, 1, 1, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split_q1(FA_PARAMS) { fa_run<32, 1, 1, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole(FA_PARAMS) { fa_run<32, 3, 3, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split(FA_PARAMS) { fa_run<32, 3, 3, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole_q1(FA_PARAMS) { fa_run<32, 3, 1, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split_q1(FA_PARAMS) { fa_run<32, 3, 1, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole(FA_PARAMS) { fa_run<64, 1, 3, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split(FA_PARAMS) { fa_run<64, 1, 3, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_q1(FA_PARAMS) { fa_run<64, 1, 1, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_q1(FA_PARAMS) { fa_run<64, 1, 1, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole(FA_PARAMS) { fa_run<64, 3, 3, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split(FA_PARAMS) { fa_run<64, 3, 3, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole_q1(FA_PARAMS) { fa_run<64, 3, 1, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split_q1(FA_PARAMS) { fa_run<64, 3, 1, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole(FA_PARAMS) { fa_run<128, 1, 3, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split(FA_PARAMS) { fa_run<128, 1, 3, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_q1(FA_PARAMS) { fa_run<128, 1, 1, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_q1(FA_PARAMS) { fa_run<128, 1, 1, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole(FA_PARAMS) { fa_run<128, 3, 3, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split(FA_PARAMS) { fa_run<128, 3, 3, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole_q1(FA_PARAMS) { fa_run<128, 3, 1, false, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split_q1(FA_PARAMS) { fa_run<128, 3, 1, true, false>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_p(FA_PARAMS) { fa_run<64, 1, 3, false, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_p(FA_PARAMS) { fa_run<64, 1, 3, true, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_q1_p(FA_PARAMS) { fa_run<64, 1, 1, false, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_q1_p(FA_PARAMS) { fa_run<64, 1, 1, true, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_p(FA_PARAMS) { fa_run<128, 1, 3, false, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_p(FA_PARAMS) { fa_run<128, 1, 3, true, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_q1_p(FA_PARAMS) { fa_run<128, 1, 1, false, true>(FA_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_q1_p(FA_PARAMS) { fa_run<128, 1, 1, true, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole(FA_PARAMS) { lb_pdl_wait(); fa_run<16, 1, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split(FA_PARAMS) { lb_pdl_wait(); fa_run<16, 1, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_whole_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<16, 1, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k1_split_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<16, 1, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole(FA_PARAMS) { lb_pdl_wait(); fa_run<16, 3, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split(FA_PARAMS) { lb_pdl_wait(); fa_run<16, 3, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_whole_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<16, 3, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d16_k3_split_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<16, 3, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole(FA_PARAMS) { lb_pdl_wait(); fa_run<32, 1, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split(FA_PARAMS) { lb_pdl_wait(); fa_run<32, 1, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_whole_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<32, 1, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k1_split_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<32, 1, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole(FA_PARAMS) { lb_pdl_wait(); fa_run<32, 3, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split(FA_PARAMS) { lb_pdl_wait(); fa_run<32, 3, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_whole_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<32, 3, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d32_k3_split_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<32, 3, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 1, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 1, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 1, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 1, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 3, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 3, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_whole_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 3, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k3_split_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 3, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 1, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 1, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 1, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 1, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 3, 3, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 3, 3, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_whole_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 3, 1, false, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k3_split_q1(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 3, 1, true, false>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_p(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 1, 3, false, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_p(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 1, 3, true, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_whole_q1_p(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 1, 1, false, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d64_k1_split_q1_p(FA_PARAMS) { lb_pdl_wait(); fa_run<64, 1, 1, true, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_p(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 1, 3, false, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_p(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 1, 3, true, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_whole_q1_p(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 1, 1, false, true>(FA_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_d128_k1_split_q1_p(FA_PARAMS) { lb_pdl_wait(); fa_run<128, 1, 1, true, true>(FA_ARGS); }

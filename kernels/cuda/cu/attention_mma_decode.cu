@@ -191,7 +191,7 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 
 // lb_flash_decode_d<head dim>[_q1]: 4 warps; _q1: q and P as one BF16
 // term (attention_mma.cu's _q1 numerics).
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { fd_run<64, 3>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { fd_run<64, 1>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { fd_run<128, 3>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { fd_run<128, 1>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1>(FD_ARGS); }

@@ -219,5 +219,5 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 #define FP_ARGS out, q, kp, vp, tables, stride, seq, pos, work, bs, H, KVH, scale
 
 // lb_flash_prefill_d<head dim>_q1: 4 warps of 2 m-tiles.
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1(FP_PARAMS) { fp_run<64>(FP_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1(FP_PARAMS) { fp_run<128>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<64>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<128>(FP_ARGS); }

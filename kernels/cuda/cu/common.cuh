@@ -172,6 +172,20 @@ template <int n> __device__ __forceinline__ void cp_async_wait() {
 	asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory");
 }
 
+// lb_pdl_wait is every kernel's first step (lb_mma_gemv's after it has
+// started its first weight copies): with programmatic dependent launch
+// (Device.launch, LOWBIT_PDL) a kernel may start while the one before it
+// in the stream still runs, and griddepcontrol.wait holds it until that
+// one has finished and its writes are visible; it then lets the next
+// kernel start early in turn (launch_dependents). Launched the plain way,
+// both are no-ops. sm_90 and later.
+__device__ __forceinline__ void lb_pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ldsm_x4 loads four 8×8 BF16 matrices from shared memory (ldmatrix): lane
 // l gives the address of row l & 7 of matrix l >> 3 and receives, in r[i],
 // matrix i's row l >> 2, elements 2(l & 3) and 2(l & 3) + 1 (ldsm_x4_t:

@@ -21,6 +21,7 @@ __device__ __forceinline__ void kv_store(u8 *kp, u8 *vp, const float *k, const f
 
 extern "C" __global__ void lb_kv_write(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,
                                        float vscale, const int *blocks, int bs, int T, int start, int row_elems) {
+	lb_pdl_wait();
 	i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (idx >= (i64)T * row_elems) return;
 	int t = (int)(idx / row_elems), e = (int)(idx % row_elems);
@@ -32,6 +33,7 @@ extern "C" __global__ void lb_kv_write(u8 *kp, u8 *vp, const float *k, const flo
 extern "C" __global__ void lb_kv_write_varlen(u8 *kp, u8 *vp, const float *k, const float *v, int dtype, float kscale,
                                               float vscale, const int *tables, int stride, const int *seq,
                                               const int *pos, int bs, int T, int row_elems) {
+	lb_pdl_wait();
 	i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (idx >= (i64)T * row_elems) return;
 	int t = (int)(idx / row_elems), e = (int)(idx % row_elems);

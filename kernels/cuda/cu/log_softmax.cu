@@ -3,6 +3,7 @@
 // Layout: logits, out [T, V] float32; out may alias logits. One block per
 // row.
 extern "C" __global__ void lb_log_softmax(float *out, const float *logits, int V) {
+	lb_pdl_wait();
 	__shared__ float sh[32];
 	const float *x = logits + (i64)blockIdx.x * V;
 	float *o = out + (i64)blockIdx.x * V;

@@ -34,6 +34,7 @@ __device__ __forceinline__ float weight_value(const u8 *w, const float *ws, int 
 
 extern "C" __global__ void lb_matmul(float *y, const float *xe, const float *xs, const u8 *w, const float *ws,
                                      float global, int T, int out, int in, int fmt, int act) {
+	lb_pdl_wait();
 	int lane = threadIdx.x & 31;
 	int o = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	int t = blockIdx.y;

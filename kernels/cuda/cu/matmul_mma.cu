@@ -50,6 +50,7 @@ __device__ __forceinline__ float mma_load_x(const float *x, int T, int in, int t
 // lb_mma_tile rearranges w [out, in] BF16 into mma tiles (dst holds
 // ceil(out / MMA_ROW_PAD)·MMA_ROW_PAD/16 · nc tiles): one thread a (tile, lane).
 extern "C" __global__ void lb_mma_tile(uint4 *dst, const u16 *w, int out, int in) {
+	lb_pdl_wait();
 	int nc = (in + 15) / 16, rows = (out + MMA_ROW_PAD - 1) / MMA_ROW_PAD * MMA_ROW_PAD;
 	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (id >= (i64)(rows / 16) * nc * 32) return;
@@ -73,6 +74,7 @@ extern "C" __global__ void lb_mma_tile(uint4 *dst, const u16 *w, int out, int in
 // lb_mma_split writes x [T, in] as mma terms for groups token groups of 8
 // (zeros past T): one thread a (group, chunk, lane).
 extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in, int groups) {
+	lb_pdl_wait();
 	int nc = (in + 15) / 16;
 	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (id >= (i64)groups * nc * 32) return;
@@ -162,6 +164,10 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 			cp_async16(slots + i * 32 + lane, wr + (i64)(wi * MMA_SPAN + i) * 32);
 	}
 	cp_async_commit();
+	// The weights never change: their first span streams in while the
+	// kernel before finishes (programmatic dependent launch); the
+	// activations only after it has.
+	lb_pdl_wait();
 	for (int s = wi, k = 0; s < spans; s += MMA_GEMV_WARPS, k ^= 1) {
 		int sn = s + MMA_GEMV_WARPS;
 		if (sn < spans)
@@ -310,5 +316,6 @@ __device__ __forceinline__ void mma_gemm(float *y, const uint4 *w, const uint2 *
 }
 
 extern "C" __global__ void __launch_bounds__(512) lb_mma_gemm(float *y, const uint4 *w, const uint2 *xs, int T, int out, int in) {
+	lb_pdl_wait();
 	mma_gemm<2, 4, 4, 4, 4>(y, w, xs, T, out, in);
 }

@@ -108,6 +108,7 @@ extern "C" __global__ void __cluster_dims__(1, MMA_WIDE_SPLIT, 1) __launch_bound
     lb_mma_gemv_wide(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                      const uint4 *w2, int out2, const uint2 *xs, int T, int in) {
 	extern __shared__ uint4 smem[];
+	lb_pdl_wait();
 	constexpr int KC = MMA_WIDE_KC, ST = MMA_WIDE_STAGES, RT = MMA_WIDE_ROWS / 16, G = MMA_GEMV_GROUPS;
 	constexpr int A_U4 = KC * RT * 32; // a stage's weight tiles, in uint4
 	constexpr int B_U4 = KC * G * 48;  // its activation terms (3 terms × 32 lanes × 8 bytes a group)

@@ -12,6 +12,7 @@ extern "C" __global__ void lb_qk_norm_rope(float *q, float *k, const float *v, c
                                            int qk_norm, float eps, const int *pos, int H, int KVH, int Dh, int rot,
                                            double theta, u8 *kp, u8 *vp, int dtype, float kscale, float vscale,
                                            const int *tables, int stride, const int *seq, int bs) {
+	lb_pdl_wait();
 	__shared__ float cs[128], sn[128], buf[8][256];
 	int t = blockIdx.x, lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int half = rot / 2, p = pos[t];

@@ -4,6 +4,7 @@
 // One block per row; the sum of squares is a fixed-order block reduction,
 // so a row's result does not depend on T.
 extern "C" __global__ void lb_rmsnorm(float *y, const float *x, const float *w, int D, float eps, int zero_centered) {
+	lb_pdl_wait();
 	__shared__ float sh[32];
 	const float *xr = x + (i64)blockIdx.x * D;
 	float *yr = y + (i64)blockIdx.x * D;

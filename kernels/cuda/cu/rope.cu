@@ -5,6 +5,7 @@
 // in float64 and rounded to float32, as the contract (kernels.Ops) says.
 // One thread per (token, head, pair).
 extern "C" __global__ void lb_rope(float *x, const int *pos, int T, int heads, int head_dim, int rot, double theta) {
+	lb_pdl_wait();
 	int half = rot / 2;
 	i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (idx >= (i64)T * heads * half) return;

@@ -2,6 +2,7 @@
 // add: out[i] = a[i] + b[i]. Flat float32 arrays of n elements; out may
 // alias an input. One thread per element.
 extern "C" __global__ void lb_silu_mul(float *out, const float *gate, const float *up, i64 n) {
+	lb_pdl_wait();
 	i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) {
 		float g = gate[i];
@@ -10,6 +11,7 @@ extern "C" __global__ void lb_silu_mul(float *out, const float *gate, const floa
 }
 
 extern "C" __global__ void lb_add(float *out, const float *a, const float *b, i64 n) {
+	lb_pdl_wait();
 	i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) out[i] = a[i] + b[i];
 }
@@ -18,6 +20,7 @@ extern "C" __global__ void lb_add(float *out, const float *a, const float *b, i6
 // (matmul_mma.cu) for nc column chunks instead of float32; one thread per
 // (token, column pair), columns past D zeros.
 extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const float *up, int T, int D, int nc) {
+	lb_pdl_wait();
 	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (id >= (i64)T * nc * 8) return;
 	int t = (int)(id / (nc * 8)), p = (int)(id % (nc * 8));
@@ -36,6 +39,7 @@ extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const f
 // of a BF16 prefill, which only a cuBLASLt matmul reads (the bits of
 // lb_silu_mul then lb_to_bf16, one pass). One thread per pair.
 extern "C" __global__ void lb_silu_mul_bf16(float *out, u32 *outb, const float *gate, const float *up, i64 nb, i64 n) {
+	lb_pdl_wait();
 	i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x, i = 2 * j;
 	if (i >= n) return;
 	float g0 = gate[i], v0 = g0 / (1.0f + expf(-g0)) * up[i];

@@ -51,6 +51,7 @@ __device__ __forceinline__ int topk_exclusive_scan(int v, int *sh) {
 
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS) lb_topk(const float *logits, int V, int k, int *ids,
                                                                      float *vals, float *lps, int *ties) {
+	lb_pdl_wait();
 	__shared__ float shf[32];
 	__shared__ int shi[32];
 	__shared__ int hist[256];
