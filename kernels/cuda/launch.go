@@ -199,6 +199,9 @@ func (k *K) AddRMSNorm(x, h, y, w Buf, T, D int, eps float32, zeroCentered bool)
 		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(y.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc))
 }
 
+// qkNormRoPEWarps is qk_norm_rope.cu's QKR_WARPS.
+const qkNormRoPEWarps = 32
+
 // QKNormRoPE takes a batch's q [T, H, Dh], k and v [T, KVH, Dh] to the
 // attention's inputs in one launch (qk_norm_rope.cu): q and k heads
 // RMS-normalized with qw and kw when qkNorm, rotated (NeoX RoPE, rotaryDim
@@ -212,7 +215,7 @@ func (k *K) QKNormRoPE(q, kk, v, qw, kw Buf, qkNorm bool, eps float32, p *KVPool
 	if qkNorm {
 		qn = 1
 	}
-	return k.d.launch("lb_qk_norm_rope", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
+	return k.d.launch("lb_qk_norm_rope", [3]int{T, 1, 1}, [3]int{32 * qkNormRoPEWarps, 1, 1}, 0,
 		ptrArg(q.ptr), ptrArg(kk.ptr), ptrArg(v.ptr), ptrArg(qw.ptr), ptrArg(kw.ptr), intArg(qn), f32Arg(eps),
 		ptrArg(b.Pos.ptr), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), intArg(rotaryDim), f64Arg(theta),
 		ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale),

@@ -70,25 +70,43 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 	__shared__ float sh[32];
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h ? h + (i64)blockIdx.x * D : 0;
+	// A decode step has a row or a few, so a row's latency is the step's:
+	// each thread loads RN elements before it stores or sums any (a store
+	// may alias a later load, which would otherwise wait for it), then
+	// sums them in lb_add_rmsnorm's order (i = tid, tid + blockDim, ...).
+	constexpr int RN = 4;
+	const int nt = blockDim.x;
 	float s = 0.0f;
-	for (int i = threadIdx.x; i < D; i += blockDim.x) {
-		float v = xr[i];
-		if (hr) {
-			v += hr[i];
-			xr[i] = v;
+	for (int i0 = threadIdx.x; i0 < D; i0 += RN * nt) {
+		float v[RN];
+#pragma unroll
+		for (int u = 0; u < RN; u++) {
+			int i = i0 + u * nt;
+			v[u] = i < D ? xr[i] : 0.0f;
+			if (hr && i < D) v[u] += hr[i];
 		}
-		s += v * v;
+#pragma unroll
+		for (int u = 0; u < RN; u++) {
+			int i = i0 + u * nt;
+			if (i >= D) break;
+			if (hr) xr[i] = v[u];
+			s += v[u] * v[u];
+		}
 	}
 	s = block_sum(s, sh);
 	float r = 1.0f / sqrtf(s / (float)D + eps);
-	for (int p = threadIdx.x; p < nc * 8; p += blockDim.x) {
-		float v[2];
+	for (int p0 = threadIdx.x; p0 < nc * 8; p0 += RN * nt) {
+		float v[RN][2];
 #pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int i = 2 * p + k;
-			float g = i < D ? (zero_centered ? 1.0f + w[i] : w[i]) : 0.0f;
-			v[k] = i < D ? xr[i] * r * g : 0.0f;
-		}
-		mma_put_terms(xs, nc, blockIdx.x, 2 * p, v[0], v[1]);
+		for (int u = 0; u < RN; u++)
+#pragma unroll
+			for (int k = 0; k < 2; k++) {
+				int i = 2 * (p0 + u * nt) + k;
+				float g = i < D ? (zero_centered ? 1.0f + w[i] : w[i]) : 0.0f;
+				v[u][k] = i < D ? xr[i] * r * g : 0.0f;
+			}
+#pragma unroll
+		for (int u = 0; u < RN; u++)
+			if (p0 + u * nt < nc * 8) mma_put_terms(xs, nc, blockIdx.x, 2 * (p0 + u * nt), v[u][0], v[u][1]);
 	}
 }

@@ -5,15 +5,18 @@
 // paged cache (kv_store's conversions, kv_write.cu).
 // Layout: q [T, H, Dh], k and v [T, KVH, Dh] float32; pos, seq [T] int32;
 // tables as lb_kv_write_varlen. One block per token, one warp per head at
-// a time; Dh ≤ 256. The head's sum of squares is each lane's elements
+// a time (a head's bits do not depend on which warp); Dh ≤ 256. The head's sum of squares is each lane's elements
 // lane, lane + 32, … in order, then warp_sum: a fixed order, so a token's
 // result does not depend on the batch.
-extern "C" __global__ void lb_qk_norm_rope(float *q, float *k, const float *v, const float *qw, const float *kw,
+// QKR_WARPS warps a block (Device launches that many): a decode step's
+// token has its heads in few rounds (48 heads of Qwen3-8B in two).
+#define QKR_WARPS 32
+extern "C" __global__ void __launch_bounds__(32 * QKR_WARPS) lb_qk_norm_rope(float *q, float *k, const float *v, const float *qw, const float *kw,
                                            int qk_norm, float eps, const int *pos, int H, int KVH, int Dh, int rot,
                                            double theta, u8 *kp, u8 *vp, int dtype, float kscale, float vscale,
                                            const int *tables, int stride, const int *seq, int bs) {
 	lb_pdl_wait();
-	__shared__ float cs[128], sn[128], buf[8][256];
+	__shared__ float cs[128], sn[128], buf[QKR_WARPS][256];
 	int t = blockIdx.x, lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int half = rot / 2, p = pos[t];
 	for (int j = threadIdx.x; j < half; j += blockDim.x) {
