@@ -1,0 +1,167 @@
+//go:build cgo
+
+package runtime
+
+import (
+	"math"
+
+	"github.com/lowbit-ai/lowbit/kernels/cuda"
+)
+
+// step launches one forward over the batch described by the input buffers
+// (act.ids, pos, seq, tables, rows, partOff, work): T tokens, rows logits
+// rows, block tables of stride entries, attention as plan says.
+func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride int, plan cuda.AttentionPlan) error {
+	d, a := e.m.d, &e.act
+	scale := float32(1 / math.Sqrt(float64(d.headDim)))
+	x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
+	bt := &cuda.Batch{Tables: a.tablesBuf, Seq: a.seq, Pos: a.pos, PartOff: a.partOff, Work: a.work, Stride: stride, Plan: plan}
+	if err := k.Embed(x, e.embed, a.ids, T, d.hidden); err != nil {
+		return err
+	}
+	layers := e.layersFloat
+	if e.tiled && e.prompt == 0 {
+		layers = e.layersTerms
+	}
+	if err := layers(k, T, bt, scale); err != nil {
+		return err
+	}
+	if rows == 0 {
+		return nil
+	}
+	hr := h.F32(0, rows*d.hidden)
+	if err := k.GatherRows(hr, x, a.rowsIdx, rows, d.hidden); err != nil {
+		return err
+	}
+	if err := k.RMSNorm(hr, hr, e.norm, rows, d.hidden, d.eps, false); err != nil {
+		return err
+	}
+	return k.MatMul(a.logits.F32(0, rows*d.vocab), hr, rows, e.lmHead)
+}
+
+// layersFloat runs the decoder layers with float32 matmul inputs (any
+// weight format). n holds each norm's output, the next matmuls' input; the
+// residual adds are fused into the norms that follow them.
+func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float32) error {
+	d, a := e.m.d, &e.act
+	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
+	x, h, n := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden), a.n.F32(0, T*d.hidden)
+	q, kk, v := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd)
+	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
+	if err := k.RMSNorm(n, x, e.layers[0].inputNorm, T, d.hidden, d.eps, false); err != nil {
+		return err
+	}
+	// With BF16 prompt rows, the norms and SiLU-mul write those rows as
+	// BF16 for cuBLASLt (xb, the first p rows; n or g the rest).
+	var xb, nb, gb cuda.Buf
+	var p, np, gp int
+	var err error
+	for i := range e.layers {
+		dl := &e.layers[i]
+		if err := e.matmulBF16(k, xb, n, p, T, []cuda.Buf{q, kk, v}, dl.q, dl.k, dl.v); err != nil {
+			return err
+		}
+		if err := e.attention(k, dl, T, bt, scale); err != nil {
+			return err
+		}
+		if nb, np, err = e.normBF16(k, x, h, n, dl.postNorm, T, dl.gate, dl.up); err != nil {
+			return err
+		}
+		if err := e.matmulBF16(k, nb, n, np, T, []cuda.Buf{g, u}, dl.gate, dl.up); err != nil {
+			return err
+		}
+		if gb, gp, err = e.siluBF16(k, g, u, T, dl.down); err != nil {
+			return err
+		}
+		if err := e.matmulBF16(k, gb, g, gp, T, []cuda.Buf{h}, dl.down); err != nil {
+			return err
+		}
+		if i+1 == len(e.layers) {
+			return k.Add(x, x, h, T*d.hidden)
+		}
+		next := &e.layers[i+1]
+		if xb, p, err = e.normBF16(k, x, h, n, next.inputNorm, T, next.q, next.k, next.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attention takes a layer from its q, k and v (act.q, k, v) to the
+// o-projection's output in act.h: q/k-norm, RoPE and the KV-cache write,
+// attention, o_proj.
+func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32) error {
+	d, a := e.m.d, &e.act
+	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
+	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
+	if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
+		return err
+	}
+	if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
+		return err
+	}
+	return e.matmul(k, att, T, []cuda.Buf{a.h.F32(0, T*d.hidden)}, dl.o)
+}
+
+// layersTerms runs the decoder layers of a model whose matmul weights are
+// all tiled BF16: the norms and SiLU-mul write the matmuls' inputs as mma
+// terms directly (no separate split launch): they compute the float32
+// values layersFloat's kernels write and split them as lb_mma_split does.
+func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float32) error {
+	d, a := e.m.d, &e.act
+	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
+	x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
+	q, kk, v := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd)
+	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
+	// Size the shared terms buffer for the widest input first, so that no
+	// later TermsFor reallocates it under a Terms still in use.
+	if _, err := k.TermsFor(T, max(d.hidden, qd, d.inter)); err != nil {
+		return err
+	}
+	terms := func(width int, produce func(cuda.Terms) error) (cuda.Terms, error) {
+		t, err := k.TermsFor(T, width)
+		if err == nil {
+			err = produce(t)
+		}
+		return t, err
+	}
+	t, err := terms(d.hidden, func(t cuda.Terms) error {
+		return k.AddRMSNormTerms(x, cuda.Buf{}, t, e.layers[0].inputNorm, d.hidden, d.eps, false)
+	})
+	if err != nil {
+		return err
+	}
+	for i := range e.layers {
+		dl := &e.layers[i]
+		if err := k.MatMulTerms(t, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
+			return err
+		}
+		if err := e.attention(k, dl, T, bt, scale); err != nil {
+			return err
+		}
+		if t, err = terms(d.hidden, func(t cuda.Terms) error {
+			return k.AddRMSNormTerms(x, h, t, dl.postNorm, d.hidden, d.eps, false)
+		}); err != nil {
+			return err
+		}
+		if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
+			return err
+		}
+		td, err := terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) })
+		if err != nil {
+			return err
+		}
+		if err := k.MatMulTerms(td, []cuda.Buf{h}, []*cuda.Weight{dl.down}); err != nil {
+			return err
+		}
+		if i+1 == len(e.layers) {
+			return k.Add(x, x, h, T*d.hidden)
+		}
+		if t, err = terms(d.hidden, func(t cuda.Terms) error {
+			return k.AddRMSNormTerms(x, h, t, e.layers[i+1].inputNorm, d.hidden, d.eps, false)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
