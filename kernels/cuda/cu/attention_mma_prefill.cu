@@ -11,9 +11,13 @@
 // share each k and v fragment it loads from shared memory (half the
 // ldmatrix a mma) and give the tensor cores two independent chains; the
 // next chunk's k and v stream in by cp.async while this one is multiplied;
-// the mask is applied only to chunks that reach past a warp's first
-// position; and blocks run the work list backwards, the longest contexts
-// first, so that the last wave is short.
+// the mask and the per-row checks of the fold apply only to chunks that
+// reach past a warp's first position (fp_fold<DH, true>); fragments are
+// read at immediate offsets from per-lane shared-space addresses; and
+// blocks run the work list backwards, the longest contexts first, so that
+// the last wave is short. It was latency-bound at 8 warps a SM (Nsight
+// Compute: 1.6 instructions a cycle, the ALU the busiest pipe), so fewer
+// instructions a chunk made it faster: 172.7 → 227 TFLOP/s at 8,192.
 //
 // Layout and arguments: attention_mma.cu's (FA_PARAMS; whole mode, no
 // partials). A block is 4 warps; warp w takes tokens from t0 + w·2R (R =
