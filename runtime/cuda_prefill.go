@@ -42,12 +42,8 @@ func (e *CUDAExecutor) matmul(k *cuda.K, x cuda.Buf, T int, ys []cuda.Buf, ws ..
 	if p == 0 {
 		return k.MatMulShared(x, T, ys, ws)
 	}
-	in := ws[0].In
-	xb, err := k.LtInput(p * in)
+	xb, err := k.LtInputOf(x, p*ws[0].In)
 	if err != nil {
-		return err
-	}
-	if err := k.ToBF16(xb, x, p*in); err != nil {
 		return err
 	}
 	return e.matmulBF16(k, xb, x, p, T, ys, ws...)

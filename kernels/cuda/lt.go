@@ -154,15 +154,21 @@ func (k *K) MatMulLtShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 	if len(ws) == 0 {
 		return fmt.Errorf("cuda: MatMulLtShared of no weights")
 	}
-	in := ws[0].In
-	xb, err := k.LtInput(T * in)
+	xb, err := k.LtInputOf(x, T*ws[0].In)
 	if err != nil {
 		return err
 	}
-	if err := k.ToBF16(xb, x, T*in); err != nil {
-		return err
-	}
 	return k.MatMulLtBF16(xb, T, ys, ws)
+}
+
+// LtInputOf rounds x's first n float32 values to BF16 into LtInput's
+// buffer and returns it.
+func (k *K) LtInputOf(x Buf, n int) (Buf, error) {
+	xb, err := k.LtInput(n)
+	if err != nil {
+		return Buf{}, err
+	}
+	return xb, k.ToBF16(xb, x, n)
 }
 
 // LtInput is the device's buffer for n BF16 matmul inputs, which the
