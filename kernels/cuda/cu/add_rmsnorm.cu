@@ -5,6 +5,18 @@
 // reduction), in one pass over the row.
 // Layout: x, h, y [T, D] float32 (y must not alias x or h); w [D]. One
 // block per row.
+// ar_add_sumsq adds hr into xr and returns this thread's sum of squares
+// of the new row, elements threadIdx.x, + blockDim.x, ... in order.
+__device__ __forceinline__ float ar_add_sumsq(float *xr, const float *hr, int D) {
+	float s = 0.0f;
+	for (int i = threadIdx.x; i < D; i += blockDim.x) {
+		float v = xr[i] + hr[i];
+		xr[i] = v;
+		s += v * v;
+	}
+	return s;
+}
+
 extern "C" __global__ void lb_add_rmsnorm(float *x, const float *h, float *y, const float *w, int D, float eps,
                                           int zero_centered) {
 	lb_pdl_wait();
@@ -12,13 +24,7 @@ extern "C" __global__ void lb_add_rmsnorm(float *x, const float *h, float *y, co
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h + (i64)blockIdx.x * D;
 	float *yr = y + (i64)blockIdx.x * D;
-	float s = 0.0f;
-	for (int i = threadIdx.x; i < D; i += blockDim.x) {
-		float v = xr[i] + hr[i];
-		xr[i] = v;
-		s += v * v;
-	}
-	s = block_sum(s, sh);
+	float s = block_sum(ar_add_sumsq(xr, hr, D), sh);
 	float r = 1.0f / sqrtf(s / (float)D + eps);
 	for (int i = threadIdx.x; i < D; i += blockDim.x) {
 		float g = zero_centered ? 1.0f + w[i] : w[i];
@@ -36,13 +42,7 @@ extern "C" __global__ void lb_add_rmsnorm_bf16(float *x, const float *h, float *
 	__shared__ float sh[32];
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h + (i64)blockIdx.x * D;
-	float s = 0.0f;
-	for (int i = threadIdx.x; i < D; i += blockDim.x) {
-		float v = xr[i] + hr[i];
-		xr[i] = v;
-		s += v * v;
-	}
-	s = block_sum(s, sh);
+	float s = block_sum(ar_add_sumsq(xr, hr, D), sh);
 	float r = 1.0f / sqrtf(s / (float)D + eps);
 	if ((int)blockIdx.x < nb) {
 		u32 *ybr = yb + (i64)blockIdx.x * (D / 2);
