@@ -20,7 +20,8 @@ import (
 // out), beside the copy roofline measured in the same run: the BF16 GEMV
 // of the q/o (4096×4096), gate/up (12288×4096) and down (4096×12288)
 // projections and the lm_head (151936×4096), the GEMV of 8, 16 and 32
-// tokens on the projections (lb_mma_gemv against lb_mma_gemv_wide), decode attention over 1,024 and 8,192 positions
+// tokens on the projections (lb_mma_gemv against lb_mma_gemv_wide and
+// lb_mma_gemv_bulk), decode attention over 1,024 and 8,192 positions
 // (32 heads, 8 KV heads, head_dim 128, BF16 cache); and beside PyTorch in
 // the same call: prefill GEMMs and causal prefill attention.
 //
@@ -36,7 +37,7 @@ func BenchmarkKernels(b *testing.B) {
 		b.Fatal(err)
 	}
 	// What NVRTC made of the kernels timed here: registers and spills.
-	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
+	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_bulk", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
 		"lb_flash_d128_k1_split", "lb_flash_prefill_d128_q1", "lb_flash_decode_d128", "lb_flash_decode_d128_q1", "lb_flash_merge"} {
 		if ki, err := d.KernelInfo(name); err == nil {
 			b.Logf("%-28s %3d registers, %4d bytes local (spills), %5d bytes static shared", name, ki.Registers, ki.LocalBytes, ki.StaticShared)
@@ -103,13 +104,29 @@ func BenchmarkKernels(b *testing.B) {
 		b.Run(fmt.Sprintf("gemv-bf16/%dx%d", sh.out, sh.in), func(b *testing.B) {
 			timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
 		})
+		// The same GEMV by each kernel that can run it (the same bits):
+		// lb_mma_gemv, and lb_mma_gemv_bulk at each ring depth (the default
+		// picks the deepest up to 3 that fits two blocks an SM; a ring of 4
+		// leaves one).
+		for _, v := range []struct {
+			name         string
+			groups, ring int
+		}{{"lb_mma_gemv", 0, 0}, {"lb_mma_gemv_bulk/ring=1", 1, 1}, {"lb_mma_gemv_bulk/ring=2", 1, 2},
+			{"lb_mma_gemv_bulk/ring=3", 1, 3}, {"lb_mma_gemv_bulk/ring=4", 1, 4}} {
+			b.Run(fmt.Sprintf("gemv-bf16/%s/%dx%d", v.name, sh.out, sh.in), func(b *testing.B) {
+				defer func(g, r int) { mmaBulkGroups, mmaBulkRing = g, r }(mmaBulkGroups, mmaBulkRing)
+				mmaBulkGroups, mmaBulkRing = v.groups, v.ring
+				timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
+			})
+		}
 		d.Free(dw.Data)
 		d.Free(x)
 		d.Free(y)
 	}
 	// The decode GEMV of a batch (T tokens, one step of T sequences) on the
 	// same shapes: lb_mma_gemv forced beside lb_mma_gemv_wide (the default
-	// from mmaWideFrom tokens on sm_90), the same bits; bytes = the weight's.
+	// from mmaWideFrom tokens on sm_90) and lb_mma_gemv_bulk (the default
+	// up to mmaBulkGroups groups of 8), the same bits; bytes = the weight's.
 	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {4096, 12288}} {
 		w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
 		dw, err := d.UploadWeight(w)
@@ -122,12 +139,13 @@ func BenchmarkKernels(b *testing.B) {
 		d.Upload(x, asBytes(randF32(maxT*sh.in), maxT*sh.in))
 		for _, T := range []int{8, 16, 32} {
 			for _, v := range []struct {
-				name string
-				from int
-			}{{"lb_mma_gemv", mmaGemvTokens + 1}, {"lb_mma_gemv_wide", 1}} {
+				name   string
+				from   int
+				groups int
+			}{{"lb_mma_gemv", mmaGemvTokens + 1, 0}, {"lb_mma_gemv_wide", 1, 0}, {"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8}} {
 				b.Run(fmt.Sprintf("gemv-bf16/%s/T=%d/%dx%d", v.name, T, sh.out, sh.in), func(b *testing.B) {
-					defer func(f int) { mmaWideFrom = f }(mmaWideFrom)
-					mmaWideFrom = v.from
+					defer func(f, g int) { mmaWideFrom, mmaBulkGroups = f, g }(mmaWideFrom, mmaBulkGroups)
+					mmaWideFrom, mmaBulkGroups = v.from, v.groups
 					timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, float64(len(w.Data)))
 				})
 			}

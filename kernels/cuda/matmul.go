@@ -67,6 +67,46 @@ const (
 // the input; above mmaGemvTokens: never).
 var mmaWideFrom = 9
 
+// mmaBulkGroups is the most token groups of 8 lb_mma_gemv_bulk takes (on
+// sm_90 and later, where useWide declines; more go to lb_mma_gemv). Tests
+// and benchmarks set it (0: never; mmaGemvTokens/8: every T).
+var mmaBulkGroups = 1
+
+// mmaBulkRing, when not 0, sets the spans in flight a warp of
+// lb_mma_gemv_bulk (up to mmaBulkRingMax: MMA_BULK_RING_MAX in
+// matmul_mma_bulk.cu), for tests and benchmarks; by default the ring is
+// the deepest up to 3 that leaves room for two blocks an SM.
+var mmaBulkRing = 0
+
+const (
+	mmaBulkRingMax = 4
+	// smShared is an sm_90 SM's shared memory; each resident block takes
+	// 1 KB of it besides its own (and lb_mma_gemv_bulk 128 bytes of
+	// static mbarriers).
+	smShared = 228 << 10
+)
+
+// bulkRing returns lb_mma_gemv_bulk's ring (spans in flight a warp) on an
+// input of spans spans of one token group: mmaBulkRing if set, else the
+// deepest up to 3 that leaves room for two blocks an SM; never deeper than
+// a warp's spans.
+func bulkRing(spans int) int {
+	ring := mmaBulkRing
+	if ring == 0 {
+		ring = 3
+		for ring > 1 && 2*(mmaGemvWarps*ring*mmaSpan*512+spans*512+1<<10+128) > smShared {
+			ring--
+		}
+	}
+	return max(1, min(ring, mmaBulkRingMax, (spans+mmaGemvWarps-1)/mmaGemvWarps))
+}
+
+// useBulk reports whether lb_mma_gemv_bulk runs a batch of groups token
+// groups (when lb_mma_gemv_wide does not).
+func (k *K) useBulk(groups int) bool {
+	return k.d.Major >= 9 && groups <= mmaBulkGroups
+}
+
 // useWide reports whether lb_mma_gemv_wide runs T tokens on an input of
 // spans spans.
 func (k *K) useWide(T, spans int) bool {
@@ -264,16 +304,30 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 				ptrArg(t.buf.ptr), intArg(T), intArg(in))
 		}
 	}
-	// Token groups a block: as many as shared memory holds next to the
-	// weight slots, up to mmaGemvGroups (a span's sums take 512 bytes a
-	// group).
+	if k.useBulk(t.groups) {
+		ring := bulkRing(spans)
+		slots := mmaGemvWarps * ring * mmaSpan * 512
+		if gpb, ok := gemvGroups(t.groups, spans, slots); ok {
+			return k.gemvLaunches(ys, ws, "lb_mma_gemv_bulk", 16, 32*mmaGemvWarps, (t.groups+gpb-1)/gpb,
+				slots+spans*gpb*512, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
+		}
+	}
 	const slots = mmaGemvWarps * 2 * mmaSpan * 512
-	gpb := min(mmaGemvGroups, t.groups, max(1, (mmaGemvShared-slots)/(spans*512)))
-	if slots+spans*gpb*512 > mmaGemvShared {
+	gpb, ok := gemvGroups(t.groups, spans, slots)
+	if !ok {
 		return fmt.Errorf("cuda: MatMul: in = %d above the tensor-core GEMV's %d", in, (mmaGemvShared-slots)/512*mmaSpan*16)
 	}
 	return k.gemvLaunches(ys, ws, "lb_mma_gemv", 16, 32*mmaGemvWarps, (t.groups+gpb-1)/gpb, slots+spans*gpb*512,
 		ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb))
+}
+
+// gemvGroups returns the token groups a block of lb_mma_gemv or
+// lb_mma_gemv_bulk carries: as many of groups as shared memory holds next
+// to the weight slots (slots bytes), up to mmaGemvGroups (a span's sums
+// take 512 bytes a group); false if not even one fits.
+func gemvGroups(groups, spans, slots int) (int, bool) {
+	gpb := min(mmaGemvGroups, groups, max(1, (mmaGemvShared-slots)/(spans*512)))
+	return gpb, slots+spans*gpb*512 <= mmaGemvShared
 }
 
 // gemvLaunches launches GEMV kernel name over weights ws, up to three a

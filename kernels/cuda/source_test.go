@@ -50,8 +50,9 @@ func TestSources(t *testing.T) {
 // TestKernelsWaitFirst: every kernel begins with lb_pdl_wait (after its
 // extern shared declaration), since with LOWBIT_PDL a kernel may start
 // before the one before it ends and must not read what that one writes
-// until it has waited. lb_mma_gemv starts its weight copies first (weights
-// never change) and waits before its loop. Runs without a GPU.
+// until it has waited. lb_mma_gemv and lb_mma_gemv_bulk start their weight
+// copies first (weights never change) and wait before their loops. Runs
+// without a GPU.
 func TestKernelsWaitFirst(t *testing.T) {
 	src, err := Source()
 	if err != nil {
@@ -88,7 +89,7 @@ func TestKernelsWaitFirst(t *testing.T) {
 		body := shared.ReplaceAllString(src[open+1:end], "")
 		n++
 		switch {
-		case name == "lb_mma_gemv":
+		case name == "lb_mma_gemv" || name == "lb_mma_gemv_bulk":
 			if !strings.Contains(body, "lb_pdl_wait();") {
 				t.Errorf("%s never calls lb_pdl_wait", name)
 			}

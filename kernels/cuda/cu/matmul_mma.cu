@@ -136,6 +136,59 @@ __device__ __forceinline__ void mma_pick(int *m, int rows, float **y, const uint
 	}
 }
 
+// mma_gemv_span multiplies span s's weight tiles (in slot) by ng token
+// groups from n0, writing each group's sums of the span to part [spans]
+// [ng][16 rows][8 tokens]. A token group at a time: its 48 activation
+// loads of the span issued at once (one latency, not one a chunk; the
+// first group's before wait(), which returns once the slot's tiles have
+// landed), then the span's 48 mma.
+template <typename Wait>
+__device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, const uint2 *xs, int nc, int s, int n0,
+                                              int ng, int T, int lane, Wait wait) {
+	int g = lane >> 2, q = lane & 3, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+	for (int n = 0; n < ng; n++) {
+		const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
+		// Lane 4g + q carries token 8(n0 + n) + g: past T it reads
+		// nothing and multiplies zeros, which reach only that token's
+		// unstored column (a decode step's single token leaves 28 of
+		// the 32 lanes without loads: 8x less activation traffic; 0.61
+		// of the copy rate against 0.59 loading every lane, 4096², on
+		// the H200).
+		bool live = 8 * (n0 + n) + g < T;
+		uint2 b[MMA_SPAN][3];
+#pragma unroll
+		for (int i = 0; i < MMA_SPAN; i++)
+			if (i < nch)
+#pragma unroll
+				for (int j = 0; j < 3; j++) {
+					b[i][j].x = b[i][j].y = 0u;
+					if (live) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
+				}
+		if (n == 0) wait();
+		float acc[4];
+		mma_span(acc, slot, nch, lane, [&](int i, int j) { return b[i][j]; });
+		// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
+#pragma unroll
+		for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];
+	}
+}
+
+// mma_gemv_add writes y for row tile m and ng token groups from n0: each
+// output the sum of its spans' sums in part, in span order from 0 (after
+// the block's barrier).
+__device__ __forceinline__ void mma_gemv_add(float *y, const float *part, int m, int out, int n0, int ng, int spans,
+                                             int T) {
+	for (int i = threadIdx.x; i < ng * 128; i += blockDim.x) {
+		int n = i >> 7, r = (i >> 3) & 15, tk = i & 7;
+		int row = 16 * m + r, t = 8 * (n0 + n) + tk;
+		if (row < out && t < T) {
+			float sum = 0.0f;
+			for (int s = 0; s < spans; s++) sum += part[((s * ng + n) * 16 + r) * 8 + tk];
+			y[(i64)t * out + row] = sum;
+		}
+	}
+}
+
 #define MMA_GEMV_WARPS 4
 
 // lb_mma_gemv: one block of MMA_GEMV_WARPS warps a row tile m (blockIdx.x,
@@ -150,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
                                                               const uint4 *w1, int out1, float *y2, const uint4 *w2,
                                                               int out2, const uint2 *xs, int T, int in, int gpb) {
 	extern __shared__ uint4 smem[];
-	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, wi = threadIdx.x >> 5;
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
 	const uint4 *w;
@@ -174,46 +227,10 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv(float *y0, const u
 			for (int i = 0; i < min(MMA_SPAN, nc - sn * MMA_SPAN); i++)
 				cp_async16(slots + ((k ^ 1) * MMA_SPAN + i) * 32 + lane, wr + (i64)(sn * MMA_SPAN + i) * 32);
 		cp_async_commit();
-		int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
-		// A token group at a time: its 48 activation loads of the span issued
-		// at once (one latency, not one a chunk; the first group's before
-		// waiting for the weights), then the span's 48 mma.
-		for (int n = 0; n < ng; n++) {
-			const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
-			// Lane 4g + q carries token 8(n0 + n) + g: past T it reads
-			// nothing and multiplies zeros, which reach only that token's
-			// unstored column (a decode step's single token leaves 28 of
-			// the 32 lanes without loads: 8x less activation traffic; 0.61
-			// of the copy rate against 0.59 loading every lane, 4096², on
-			// the H200).
-			bool live = 8 * (n0 + n) + g < T;
-			uint2 b[MMA_SPAN][3];
-#pragma unroll
-			for (int i = 0; i < MMA_SPAN; i++)
-				if (i < nch)
-#pragma unroll
-					for (int j = 0; j < 3; j++) {
-						b[i][j].x = b[i][j].y = 0u;
-						if (live) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
-					}
-			if (n == 0) cp_async_wait1(); // this span's tiles (each lane reads only what it copied)
-			float acc[4];
-			mma_span(acc, slots + k * MMA_SPAN * 32, nch, lane, [&](int i, int j) { return b[i][j]; });
-			// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
-#pragma unroll
-			for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];
-		}
+		mma_gemv_span(part, slots + k * MMA_SPAN * 32, xs, nc, s, n0, ng, T, lane, [] { cp_async_wait1(); });
 	}
 	__syncthreads();
-	for (int i = threadIdx.x; i < ng * 128; i += blockDim.x) {
-		int n = i >> 7, r = (i >> 3) & 15, tk = i & 7;
-		int row = 16 * m + r, t = 8 * (n0 + n) + tk;
-		if (row < out && t < T) {
-			float sum = 0.0f;
-			for (int s = 0; s < spans; s++) sum += part[((s * ng + n) * 16 + r) * 8 + tk];
-			y[(i64)t * out + row] = sum;
-		}
-	}
+	mma_gemv_add(y, part, m, out, n0, ng, spans, T);
 }
 
 // mma_gemm: blocks of WRW × WCW warps, each warp on WR row tiles × WC
