@@ -72,10 +72,23 @@ var mmaWideFrom = 9
 // and benchmarks set it (0: never; mmaGemvTokens/8: every T).
 var mmaBulkGroups = 1
 
+// The lb_mma_gemv_bulk variant that runs (lb_mma_gemv_bulk: two blocks an
+// SM; lb_mma_gemv_bulk3, lb_mma_gemv_bulk4: three and four, in fewer
+// registers), and the spans ahead whose activation terms a warp asks L1
+// for; benchmarks set them.
+var (
+	mmaBulkKernel = "lb_mma_gemv_bulk"
+	mmaBulkAhead  = 1
+)
+
+// mmaBulkBlocks is the blocks an SM each lb_mma_gemv_bulk variant's
+// registers allow.
+var mmaBulkBlocks = map[string]int{"lb_mma_gemv_bulk": 2, "lb_mma_gemv_bulk3": 3, "lb_mma_gemv_bulk4": 4}
+
 // mmaBulkRing, when not 0, sets the spans in flight a warp of
 // lb_mma_gemv_bulk (up to mmaBulkRingMax: MMA_BULK_RING_MAX in
 // matmul_mma_bulk.cu), for tests and benchmarks; by default the ring is
-// the deepest up to 3 that leaves room for two blocks an SM.
+// the deepest up to 3 that leaves room for the variant's blocks an SM.
 var mmaBulkRing = 0
 
 const (
@@ -87,14 +100,14 @@ const (
 )
 
 // bulkRing returns lb_mma_gemv_bulk's ring (spans in flight a warp) on an
-// input of spans spans of one token group: mmaBulkRing if set, else the
-// deepest up to 3 that leaves room for two blocks an SM; never deeper than
-// a warp's spans.
-func bulkRing(spans int) int {
+// input of spans spans of one token group with blocks blocks an SM:
+// mmaBulkRing if set, else the deepest up to 3 that leaves room for them;
+// never deeper than a warp's spans.
+func bulkRing(spans, blocks int) int {
 	ring := mmaBulkRing
 	if ring == 0 {
 		ring = 3
-		for ring > 1 && 2*(mmaGemvWarps*ring*mmaSpan*512+spans*512+1<<10+128) > smShared {
+		for ring > 1 && blocks*(mmaGemvWarps*ring*mmaSpan*512+spans*512+1<<10+128) > smShared {
 			ring--
 		}
 	}
@@ -305,11 +318,12 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 	}
 	if k.useBulk(t.groups) {
-		ring := bulkRing(spans)
+		ring := bulkRing(spans, mmaBulkBlocks[mmaBulkKernel])
 		slots := mmaGemvWarps * ring * mmaSpan * 512
 		if gpb, ok := gemvGroups(t.groups, spans, slots); ok {
-			return k.gemvLaunches(ys, ws, "lb_mma_gemv_bulk", 16, 32*mmaGemvWarps, (t.groups+gpb-1)/gpb,
-				slots+spans*gpb*512, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
+			return k.gemvLaunches(ys, ws, mmaBulkKernel, 16, 32*mmaGemvWarps, (t.groups+gpb-1)/gpb,
+				slots+spans*gpb*512, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring),
+				intArg(mmaBulkAhead))
 		}
 	}
 	const slots = mmaGemvWarps * 2 * mmaSpan * 512

@@ -98,22 +98,27 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 // mma_span sums one span of a 16-row tile in the reduction order every
 // kernel keeps: from 0, chunk by chunk, the hi, mid and lo products in
 // that order. The span's nch weight fragments come from a shared-memory
-// slot (each lane its own 16 bytes a tile), read before the chain of mma so
-// that it waits on no load; b(i, j) gives chunk i's term j as a B fragment.
-template <typename BFrag>
+// slot (each lane its own 16 bytes a tile); b(i, j) gives chunk i's term j
+// as a B fragment. HOLD reads all the fragments before the chain of mma,
+// so that it waits on no load (64 registers); else each is read by its
+// chunk, for kernels that trade that latency for occupancy.
+template <bool HOLD = true, typename BFrag>
 __device__ __forceinline__ void mma_span(float *acc, const uint4 *slot, int nch, int lane, BFrag b) {
-	uint4 a[MMA_SPAN];
+	uint4 a[HOLD ? MMA_SPAN : 1];
+	if (HOLD) {
 #pragma unroll
-	for (int i = 0; i < MMA_SPAN; i++)
-		if (i < nch) a[i] = slot[i * 32 + lane];
+		for (int i = 0; i < MMA_SPAN; i++)
+			if (i < nch) a[HOLD ? i : 0] = slot[i * 32 + lane];
+	}
 	acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
 #pragma unroll
 	for (int i = 0; i < MMA_SPAN; i++) {
 		if (i < nch) {
+			if (!HOLD) a[0] = slot[i * 32 + lane];
 #pragma unroll
 			for (int j = 0; j < 3; j++) {
 				uint2 v = b(i, j);
-				mma_bf16(acc, a[i], v.x, v.y);
+				mma_bf16(acc, a[HOLD ? i : 0], v.x, v.y);
 			}
 		}
 	}
@@ -142,7 +147,7 @@ __device__ __forceinline__ void mma_pick(int *m, int rows, float **y, const uint
 // loads of the span issued at once (one latency, not one a chunk; the
 // first group's before wait(), which returns once the slot's tiles have
 // landed), then the span's 48 mma.
-template <typename Wait>
+template <bool HOLD = true, typename Wait>
 __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, const uint2 *xs, int nc, int s, int n0,
                                               int ng, int T, int lane, Wait wait) {
 	int g = lane >> 2, q = lane & 3, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
@@ -166,7 +171,7 @@ __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, co
 				}
 		if (n == 0) wait();
 		float acc[4];
-		mma_span(acc, slot, nch, lane, [&](int i, int j) { return b[i][j]; });
+		mma_span<HOLD>(acc, slot, nch, lane, [&](int i, int j) { return b[i][j]; });
 		// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
 #pragma unroll
 		for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];

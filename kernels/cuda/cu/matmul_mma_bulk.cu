@@ -62,10 +62,27 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
-extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1,
-                                                                   const uint4 *w1, int out1, float *y2,
-                                                                   const uint4 *w2, int out2, const uint2 *xs, int T,
-                                                                   int in, int gpb, int ring) {
+// mma_terms_prefetch asks L1 for span s's activation terms of ng token
+// groups from n0, the live tokens' only (those below T: the first 32 bytes
+// of a chunk's term per token, one 128-byte line up to 4 tokens, two up
+// to 8), spread over the warp's lanes: a line each. Fire and forget (no
+// register waits on it), so that mma_gemv_span's loads of the span, spans
+// later, hit L1 instead of waiting for L2 behind the weights' stream.
+__device__ __forceinline__ void mma_terms_prefetch(const uint2 *xs, int nc, int s, int n0, int ng, int T, int lane) {
+	int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+	for (int n = 0; n < ng; n++) {
+		int lpc = T - 8 * (n0 + n) > 4 ? 2 : 1; // lines a chunk's term
+		for (int l = lane; l < nch * 3 * lpc; l += 32) {
+			const uint2 *p = xs + (((i64)(n0 + n) * nc + c0 + l / (3 * lpc)) * 3 + (l / lpc) % 3) * 32 + (l % lpc) * 16;
+			asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+		}
+	}
+}
+
+template <bool HOLD>
+__device__ __forceinline__ void mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1,
+                                              float *y2, const uint4 *w2, int out2, const uint2 *xs, int T, int in,
+                                              int gpb, int ring, int ahead) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_GEMV_WARPS][MMA_BULK_RING_MAX];
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
@@ -93,8 +110,11 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv_bulk(float *y0, co
 	}
 	__syncwarp();
 	lb_pdl_wait();
+	for (int k = 0; k < min(ahead, mine); k++) mma_terms_prefetch(xs, nc, wi + k * MMA_GEMV_WARPS, n0, ng, T, lane);
 	for (int k = 0; k < mine; k++) {
-		mma_gemv_span(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * MMA_GEMV_WARPS, n0, ng, T, lane,
+		if (ahead > 0 && k + ahead < mine)
+			mma_terms_prefetch(xs, nc, wi + (k + ahead) * MMA_GEMV_WARPS, n0, ng, T, lane);
+		mma_gemv_span<HOLD>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * MMA_GEMV_WARPS, n0, ng, T, lane,
 		              [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
 		// Every lane has its fragments of the slot in registers (the mma
 		// consumed them): the slot takes the span ring spans on.
@@ -103,5 +123,21 @@ extern "C" __global__ void __launch_bounds__(128) lb_mma_gemv_bulk(float *y0, co
 	}
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T);
+}
+
+#define MMA_BULK_ARGS                                                                                               \
+	float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2, const uint4 *w2, int out2, \
+	    const uint2 *xs, int T, int in, int gpb, int ring, int ahead
+extern "C" __global__ void __launch_bounds__(128, 2) lb_mma_gemv_bulk(MMA_BULK_ARGS) {
+	mma_gemv_bulk<true>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, ahead);
+}
+// lb_mma_gemv_bulk3 and lb_mma_gemv_bulk4: the same with each weight
+// fragment read by its chunk, in at most 170 and 128 registers: three and
+// four blocks an SM.
+extern "C" __global__ void __launch_bounds__(128, 3) lb_mma_gemv_bulk3(MMA_BULK_ARGS) {
+	mma_gemv_bulk<false>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, ahead);
+}
+extern "C" __global__ void __launch_bounds__(128, 4) lb_mma_gemv_bulk4(MMA_BULK_ARGS) {
+	mma_gemv_bulk<false>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, ahead);
 }
 #endif
