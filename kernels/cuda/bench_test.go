@@ -37,7 +37,7 @@ func BenchmarkKernels(b *testing.B) {
 		b.Fatal(err)
 	}
 	// What NVRTC made of the kernels timed here: registers and spills.
-	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_bulk", "lb_mma_gemv_bulk3", "lb_mma_gemv_bulk4", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
+	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_bulk", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
 		"lb_flash_d128_k1_split", "lb_flash_prefill_d128_q1", "lb_flash_decode_d128", "lb_flash_decode_d128_q1", "lb_flash_merge"} {
 		if ki, err := d.KernelInfo(name); err == nil {
 			b.Logf("%-28s %3d registers, %4d bytes local (spills), %5d bytes static shared", name, ki.Registers, ki.LocalBytes, ki.StaticShared)
@@ -105,29 +105,23 @@ func BenchmarkKernels(b *testing.B) {
 			timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
 		})
 		// The same GEMV by each kernel that can run it (the same bits):
-		// lb_mma_gemv, and each lb_mma_gemv_bulk variant at each ring depth
-		// and prefetch distance (the default ring is the deepest up to 3
-		// that fits the variant's blocks an SM).
+		// lb_mma_gemv, and lb_mma_gemv_bulk in blocks of 4 and 8 warps, one
+		// and two spans in flight a warp.
 		type variant struct {
-			kernel              string
-			groups, ring, ahead int
+			name                string
+			groups, warps, ring int
 		}
 		variants := []variant{{"lb_mma_gemv", 0, 0, 0}}
-		for _, kernel := range []string{"lb_mma_gemv_bulk", "lb_mma_gemv_bulk3", "lb_mma_gemv_bulk4"} {
-			for ring := 1; ring <= 3; ring++ {
-				for ahead := range 3 {
-					variants = append(variants, variant{kernel, 1, ring, ahead})
-				}
+		for _, warps := range []int{4, 8} {
+			for ring := 1; ring <= mmaBulkRingMax; ring++ {
+				variants = append(variants, variant{fmt.Sprintf("lb_mma_gemv_bulk/warps=%d/ring=%d", warps, ring), 1, warps, ring})
 			}
 		}
 		for _, v := range variants {
-			b.Run(fmt.Sprintf("gemv-bf16/%s/ring=%d/ahead=%d/%dx%d", v.kernel, v.ring, v.ahead, sh.out, sh.in), func(b *testing.B) {
-				defer func(g, r, a int, k string) { mmaBulkGroups, mmaBulkRing, mmaBulkAhead, mmaBulkKernel = g, r, a, k }(
-					mmaBulkGroups, mmaBulkRing, mmaBulkAhead, mmaBulkKernel)
-				mmaBulkGroups, mmaBulkRing, mmaBulkAhead = v.groups, v.ring, v.ahead
-				if v.groups > 0 {
-					mmaBulkKernel = v.kernel
-				}
+			b.Run(fmt.Sprintf("gemv-bf16/%s/%dx%d", v.name, sh.out, sh.in), func(b *testing.B) {
+				defer func(g, w, r int) { mmaBulkGroups, mmaBulkWarps, mmaBulkRing = g, w, r }(
+					mmaBulkGroups, mmaBulkWarps, mmaBulkRing)
+				mmaBulkGroups, mmaBulkWarps, mmaBulkRing = v.groups, v.warps, v.ring
 				timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
 			})
 		}

@@ -19,9 +19,8 @@ import (
 // forced for every T) give lb_mma_gemv's bits and write exactly its elements (the rest
 // of y stays poisoned), for every T the GEMVs take, one to three weights a
 // launch, inputs of 1 to 48 spans (split unevenly over the wide kernel's
-// cluster of 8 blocks, some with none; over the bulk kernel's warps and
-// rings of 1 to 4 slots, some warps with none) and rows off the 128-row
-// blocks. The conformance suite checks lb_mma_gemv
+// cluster of 8 blocks, some with none, and over the bulk kernel's warps)
+// and rows off the 128-row blocks. The conformance suite checks lb_mma_gemv
 // and lb_mma_gemm against kernels/ref and against each other (batch
 // invariance across T = 1, 9, 32, 33).
 func TestGemvKernels(t *testing.T) {
@@ -29,9 +28,9 @@ func TestGemvKernels(t *testing.T) {
 	if d.Major < 9 {
 		t.Skipf("lb_mma_gemv_wide and lb_mma_gemv_bulk need sm_90; %s", d.Arch)
 	}
-	defer func(from, groups, ring, ahead int, kernel string) {
-		mmaWideFrom, mmaBulkGroups, mmaBulkRing, mmaBulkAhead, mmaBulkKernel = from, groups, ring, ahead, kernel
-	}(mmaWideFrom, mmaBulkGroups, mmaBulkRing, mmaBulkAhead, mmaBulkKernel)
+	defer func(from, groups, warps, ring int) {
+		mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing = from, groups, warps, ring
+	}(mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing)
 	rng := rand.New(rand.NewPCG(7, 9))
 	const guard = 64 // floats past T·out that neither kernel may write
 	for _, c := range []struct {
@@ -80,8 +79,8 @@ func TestGemvKernels(t *testing.T) {
 		if err := d.Upload(xd, asBytes(x, len(x))); err != nil {
 			t.Fatal(err)
 		}
-		run := func(T, from, groups, ring, ahead int, kernel string) [][]byte {
-			mmaWideFrom, mmaBulkGroups, mmaBulkRing, mmaBulkAhead, mmaBulkKernel = from, groups, ring, ahead, kernel
+		run := func(T, from, groups, warps, ring int) [][]byte {
+			mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing = from, groups, warps, ring
 			err := d.Run(func(k *K) error {
 				for _, y := range ys {
 					if err := k.Poison(y); err != nil {
@@ -103,19 +102,19 @@ func TestGemvKernels(t *testing.T) {
 			return got
 		}
 		for T := 1; T <= mmaGemvTokens; T++ {
-			old := run(T, mmaGemvTokens+1, 0, 0, 0, "")
-			// Each bulk variant at a ring of 1 to 4 and 0 to 2 spans of
-			// terms prefetched, varying with T.
+			old := run(T, mmaGemvTokens+1, 0, 0, 0)
+			// lb_mma_gemv_bulk with blocks of 8, 5 (spans split unevenly)
+			// and 4 warps, rings of 1 and 2, varying with T.
 			for _, v := range []struct {
 				kernel                    string
-				from, groups, ring, ahead int
+				from, groups, warps, ring int
 			}{
 				{"lb_mma_gemv_wide", 1, 0, 0, 0},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 1 + T%mmaBulkRingMax, T % 3},
-				{"lb_mma_gemv_bulk3", mmaGemvTokens + 1, mmaGemvTokens / 8, 1 + (T+1)%mmaBulkRingMax, (T + 1) % 3},
-				{"lb_mma_gemv_bulk4", mmaGemvTokens + 1, mmaGemvTokens / 8, 1 + (T+2)%mmaBulkRingMax, (T + 2) % 3},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 8, 1 + T%2},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 5, 1 + (T+1)%2},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 4, 1 + T%2},
 			} {
-				got := run(T, v.from, v.groups, v.ring, v.ahead, v.kernel)
+				got := run(T, v.from, v.groups, v.warps, v.ring)
 				for i, out := range c.outs {
 					name := fmt.Sprintf("outs=%v/in=%d/T=%d/weight %d", c.outs, c.in, T, i)
 					if bytes.Equal(old[i], got[i]) {
@@ -124,8 +123,8 @@ func TestGemvKernels(t *testing.T) {
 					for e := 0; e < len(old[i])/4; e++ {
 						o, w := binary.LittleEndian.Uint32(old[i][4*e:]), binary.LittleEndian.Uint32(got[i][4*e:])
 						if o != w {
-							t.Errorf("%s: y[t=%d,o=%d] = %#08x (%v) from %s (ring %d, ahead %d), %#08x (%v) from lb_mma_gemv",
-								name, e/out, e%out, w, math.Float32frombits(w), v.kernel, v.ring, v.ahead, o, math.Float32frombits(o))
+							t.Errorf("%s: y[t=%d,o=%d] = %#08x (%v) from %s (%d warps, ring %d), %#08x (%v) from lb_mma_gemv",
+								name, e/out, e%out, w, math.Float32frombits(w), v.kernel, v.warps, v.ring, o, math.Float32frombits(o))
 							break
 						}
 					}
@@ -140,34 +139,31 @@ func TestGemvKernels(t *testing.T) {
 	}
 }
 
-// TestBulkRing: lb_mma_gemv_bulk's ring on the Qwen3 shapes leaves room
-// for two blocks an SM (spans·512 bytes of sums beside 32 KB of slots a
-// ring step), and a ring is never deeper than a warp's spans or the
-// kernel's bound. Runs without a GPU.
-func TestBulkRing(t *testing.T) {
-	defer func(r int) { mmaBulkRing = r }(mmaBulkRing)
-	for _, c := range []struct{ set, spans, blocks, want int }{
-		{0, 16, 2, 3},  // in = 4096: 96 KB + 8 KB a block
-		{0, 48, 2, 2},  // in = 12288: 96 + 24 KB would leave one block an SM
-		{0, 12, 2, 3},  // in = 3072 (Qwen3-0.6B's down projection)
-		{0, 4, 2, 1},   // in = 1024: one span a warp
-		{0, 1, 2, 1},   // in ≤ 256: three warps without spans
-		{0, 200, 2, 1}, // 100 KB of sums: one block an SM whatever the ring
-		{0, 16, 3, 2},  // three blocks of 64 + 8 KB
-		{0, 16, 4, 1},  // four of 32 + 8 KB
-		{4, 16, 2, 4},
-		{4, 8, 2, 2},
-		{9, 64, 2, mmaBulkRingMax},
+// TestBulkShape: lb_mma_gemv_bulk's block has mmaBulkWarps warps but no
+// more than the input's spans, and its ring no more spans than a warp
+// takes nor than the kernel's bound. Runs without a GPU.
+func TestBulkShape(t *testing.T) {
+	defer func(w, r int) { mmaBulkWarps, mmaBulkRing = w, r }(mmaBulkWarps, mmaBulkRing)
+	for _, c := range []struct{ setWarps, setRing, spans, warps, ring int }{
+		{8, 1, 16, 8, 1}, // in = 4096
+		{8, 1, 48, 8, 1}, // in = 12288
+		{8, 1, 4, 4, 1},  // in = 1024 (Qwen3-0.6B): a span a warp
+		{8, 1, 1, 1, 1},  // in ≤ 256
+		{8, 2, 16, 8, 2},
+		{8, 2, 8, 8, 1}, // one span a warp
+		{4, 2, 12, 4, 2},
+		{16, 3, 64, mmaBulkWarpsMax, mmaBulkRingMax},
 	} {
-		mmaBulkRing = c.set
-		if got := bulkRing(c.spans, c.blocks); got != c.want {
-			t.Errorf("bulkRing(%d spans, %d blocks) with mmaBulkRing %d = %d, want %d", c.spans, c.blocks, c.set, got, c.want)
+		mmaBulkWarps, mmaBulkRing = c.setWarps, c.setRing
+		if w, r := bulkShape(c.spans); w != c.warps || r != c.ring {
+			t.Errorf("bulkShape(%d) with %d warps, ring %d = %d warps, ring %d; want %d, %d",
+				c.spans, c.setWarps, c.setRing, w, r, c.warps, c.ring)
 		}
 	}
-	for name := range mmaBulkBlocks {
-		if !strings.Contains(kernelSource(t), `extern "C" __global__ void __launch_bounds__(128, `+
-			fmt.Sprint(mmaBulkBlocks[name])+") "+name+"(") {
-			t.Errorf("%s: no kernel of %d blocks an SM in matmul_mma_bulk.cu", name, mmaBulkBlocks[name])
+	src := kernelSource(t)
+	for name, v := range map[string]int{"MMA_BULK_WARPS": mmaBulkWarpsMax, "MMA_BULK_RING_MAX": mmaBulkRingMax} {
+		if !strings.Contains(src, fmt.Sprintf("#define %s %d\n", name, v)) {
+			t.Errorf("matmul_mma_bulk.cu does not define %s as %d", name, v)
 		}
 	}
 }

@@ -72,46 +72,26 @@ var mmaWideFrom = 9
 // and benchmarks set it (0: never; mmaGemvTokens/8: every T).
 var mmaBulkGroups = 1
 
-// The lb_mma_gemv_bulk variant that runs (lb_mma_gemv_bulk: two blocks an
-// SM; lb_mma_gemv_bulk3, lb_mma_gemv_bulk4: three and four, in fewer
-// registers), and the spans ahead whose activation terms a warp asks L1
-// for; benchmarks set them.
+// lb_mma_gemv_bulk's block (warps, up to mmaBulkWarpsMax = MMA_BULK_WARPS
+// in matmul_mma_bulk.cu, and no more than the input's spans) and ring
+// (spans in flight a warp, up to mmaBulkRingMax = MMA_BULK_RING_MAX): one
+// span a warp measured fastest on the H200; benchmarks and tests set both.
 var (
-	mmaBulkKernel = "lb_mma_gemv_bulk"
-	mmaBulkAhead  = 1
+	mmaBulkWarps = 8
+	mmaBulkRing  = 1
 )
-
-// mmaBulkBlocks is the blocks an SM each lb_mma_gemv_bulk variant's
-// registers allow.
-var mmaBulkBlocks = map[string]int{"lb_mma_gemv_bulk": 2, "lb_mma_gemv_bulk3": 3, "lb_mma_gemv_bulk4": 4}
-
-// mmaBulkRing, when not 0, sets the spans in flight a warp of
-// lb_mma_gemv_bulk (up to mmaBulkRingMax: MMA_BULK_RING_MAX in
-// matmul_mma_bulk.cu), for tests and benchmarks; by default the ring is
-// the deepest up to 3 that leaves room for the variant's blocks an SM.
-var mmaBulkRing = 0
 
 const (
-	mmaBulkRingMax = 4
-	// smShared is an sm_90 SM's shared memory; each resident block takes
-	// 1 KB of it besides its own (and lb_mma_gemv_bulk 128 bytes of
-	// static mbarriers).
-	smShared = 228 << 10
+	mmaBulkWarpsMax = 8
+	mmaBulkRingMax  = 2
 )
 
-// bulkRing returns lb_mma_gemv_bulk's ring (spans in flight a warp) on an
-// input of spans spans of one token group with blocks blocks an SM:
-// mmaBulkRing if set, else the deepest up to 3 that leaves room for them;
-// never deeper than a warp's spans.
-func bulkRing(spans, blocks int) int {
-	ring := mmaBulkRing
-	if ring == 0 {
-		ring = 3
-		for ring > 1 && blocks*(mmaGemvWarps*ring*mmaSpan*512+spans*512+1<<10+128) > smShared {
-			ring--
-		}
-	}
-	return max(1, min(ring, mmaBulkRingMax, (spans+mmaGemvWarps-1)/mmaGemvWarps))
+// bulkShape returns lb_mma_gemv_bulk's warps a block and ring on an input
+// of spans spans.
+func bulkShape(spans int) (warps, ring int) {
+	warps = max(1, min(mmaBulkWarps, mmaBulkWarpsMax, spans))
+	ring = max(1, min(mmaBulkRing, mmaBulkRingMax, (spans+warps-1)/warps))
+	return warps, ring
 }
 
 // useBulk reports whether lb_mma_gemv_bulk runs a batch of groups token
@@ -266,7 +246,7 @@ func (k *K) AddRMSNormTerms(x, h Buf, t Terms, w Buf, D int, eps float32, zeroCe
 	if zeroCentered {
 		zc = 1
 	}
-	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 0,
+	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 4*D,
 		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg((D+15)/16))
 }
 
@@ -318,12 +298,11 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 	}
 	if k.useBulk(t.groups) {
-		ring := bulkRing(spans, mmaBulkBlocks[mmaBulkKernel])
-		slots := mmaGemvWarps * ring * mmaSpan * 512
+		warps, ring := bulkShape(spans)
+		slots := warps * ring * mmaSpan * 512
 		if gpb, ok := gemvGroups(t.groups, spans, slots); ok {
-			return k.gemvLaunches(ys, ws, mmaBulkKernel, 16, 32*mmaGemvWarps, (t.groups+gpb-1)/gpb,
-				slots+spans*gpb*512, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring),
-				intArg(mmaBulkAhead))
+			return k.gemvLaunches(ys, ws, "lb_mma_gemv_bulk", 16, 32*warps, (t.groups+gpb-1)/gpb,
+				slots+spans*gpb*512, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
 		}
 	}
 	const slots = mmaGemvWarps * 2 * mmaSpan * 512

@@ -63,18 +63,21 @@ extern "C" __global__ void lb_add_rmsnorm_bf16(float *x, const float *h, float *
 // lb_add_rmsnorm_terms: lb_add_rmsnorm (without the add when h is null)
 // writing y as mma terms (matmul_mma.cu) for a matrix of nc column chunks
 // instead of float32: the same values, split as lb_mma_split would; the
-// columns past D are zeros.
+// columns past D are zeros. Dynamic shared memory: the new row x, D floats.
 extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *xs, const float *w, int D, float eps,
                                                 int zero_centered, int nc) {
 	lb_pdl_wait();
+	extern __shared__ float row[];
 	__shared__ float sh[32];
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h ? h + (i64)blockIdx.x * D : 0;
 	// A decode step has a row or a few, so a row's latency is the step's:
-	// each thread loads RN elements before it stores or sums any (a store
-	// may alias a later load, which would otherwise wait for it), then
-	// sums them in lb_add_rmsnorm's order (i = tid, tid + blockDim, ...).
-	constexpr int RN = 4;
+	// each thread loads all its elements (RN a round: 4,096 in one) before
+	// it stores or sums any (a store may alias a later load, which would
+	// otherwise wait for it), sums them in lb_add_rmsnorm's order (i = tid,
+	// tid + blockDim, ...), and keeps the new row in shared memory for the
+	// second pass, which reads no global memory but the weights.
+	constexpr int RN = 16;
 	const int nt = blockDim.x;
 	float s = 0.0f;
 	for (int i0 = threadIdx.x; i0 < D; i0 += RN * nt) {
@@ -90,23 +93,25 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 			int i = i0 + u * nt;
 			if (i >= D) break;
 			if (hr) xr[i] = v[u];
+			row[i] = v[u];
 			s += v[u] * v[u];
 		}
 	}
-	s = block_sum(s, sh);
+	s = block_sum(s, sh); // its barriers also make row whole
 	float r = 1.0f / sqrtf(s / (float)D + eps);
-	for (int p0 = threadIdx.x; p0 < nc * 8; p0 += RN * nt) {
-		float v[RN][2];
+	constexpr int PN = 8;
+	for (int p0 = threadIdx.x; p0 < nc * 8; p0 += PN * nt) {
+		float v[PN][2];
 #pragma unroll
-		for (int u = 0; u < RN; u++)
+		for (int u = 0; u < PN; u++)
 #pragma unroll
 			for (int k = 0; k < 2; k++) {
 				int i = 2 * (p0 + u * nt) + k;
 				float g = i < D ? (zero_centered ? 1.0f + w[i] : w[i]) : 0.0f;
-				v[u][k] = i < D ? xr[i] * r * g : 0.0f;
+				v[u][k] = i < D ? row[i] * r * g : 0.0f;
 			}
 #pragma unroll
-		for (int u = 0; u < RN; u++)
+		for (int u = 0; u < PN; u++)
 			if (p0 + u * nt < nc * 8) mma_put_terms(xs, nc, blockIdx.x, 2 * (p0 + u * nt), v[u][0], v[u][1]);
 	}
 }

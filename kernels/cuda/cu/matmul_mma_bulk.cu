@@ -4,29 +4,39 @@
 // tiles, x in mma terms) with its numerics and reduction order, so that its
 // results are bit-identical to lb_mma_gemv's and lb_mma_gemm's.
 //
-// Why: a decode step's GEMV only streams weights (512 bytes a 16 × 16 tile,
-// 3 mma a token group), so its speed is the bytes in flight an SM. In
-// lb_mma_gemv each lane copies its 16 bytes of a tile by cp.async, 16 of
-// them a span, and a warp keeps one span (8 KB) ahead of the one it
-// multiplies: it ran at 0.60 of the copy rate on the Qwen3-8B shapes.
-// Here the tensor memory accelerator copies a whole span (a row tile's 16
-// consecutive tiles, up to 8 KB contiguous in memory) with one instruction
-// (cp.async.bulk), whose completion an mbarrier counts in bytes, and each
-// warp keeps a ring of `ring` spans in flight (ring = 3: 24 KB a warp, 96
-// KB a block, two blocks an SM).
+// Why: a decode step's GEMV only streams weights (512 bytes a 16 × 16
+// tile, 3 mma a token group). lb_mma_gemv copies each tile by cp.async, 16
+// bytes a lane, and holds a span's 16 weight fragments and 48 activation
+// fragments in 211 registers: two blocks of 4 warps an SM. A warp's span
+// costs the activations' L2 latency plus a chain of 48 dependent mma, so 8
+// warps an SM left it at 0.60 of the copy rate. Here the tensor memory
+// accelerator copies a whole span (a row tile's 16 consecutive tiles, up to
+// 8 KB contiguous) with one instruction (cp.async.bulk), whose completion
+// an mbarrier counts in bytes, and each weight fragment is read from shared
+// memory by its chunk: 128 registers, 16 warps an SM.
 //
-// Grid and order, as lb_mma_gemv's: one block of MMA_GEMV_WARPS warps a row
-// tile m (blockIdx.x, over up to three weights: mma_pick) and gpb token
-// groups (blockIdx.y); warp wi takes spans wi, wi + 4, ...; its k-th span
-// lands in slot k mod ring, whose mbarrier completes phase k / ring. A
-// span's sums (each from 0: chunk by chunk, hi, mid, lo, mma_span) go to
-// shared memory and the spans are added in order from 0 after the block's
+// Measured on the H200 (BenchmarkKernels gemv-bf16, one token, graph
+// replays): with 4 warps a block, three blocks an SM, one span in flight a
+// warp, 12288 × 4096 took 33.5 µs against lb_mma_gemv's 41.0 and the
+// 151936 × 4096 head 281.8 against 410.8 (the copy rate); 4096 × 4096 and
+// 4096 × 12288 (256 blocks: two an SM) stayed at 14.1 and 40.7 (13.4,
+// 40.1). Rings of 2 and 3 spans a warp were slower at every shape (up to
+// 1.6x at 3), and so was prefetching the next spans' activations into L1;
+// hence blocks of 8 warps, for 16 warps an SM on the 4096-row shapes too.
+//
+// Grid and order, as lb_mma_gemv's: one block of nw warps a row tile m
+// (blockIdx.x, over up to three weights: mma_pick) and gpb token groups
+// (blockIdx.y); warp wi takes spans wi, wi + nw, ...; its k-th span lands
+// in slot k mod ring, whose mbarrier completes phase k / ring. A span's
+// sums (each from 0: chunk by chunk, hi, mid, lo, mma_span) go to shared
+// memory and the spans are added in order from 0 after the block's
 // barrier, so y[t,o] has the bits of every other BF16 kernel.
 //
-// Dynamic shared memory: MMA_GEMV_WARPS · ring · 8 KB of slots, then the
-// spans' sums (spans · gpb · 512 bytes); the mbarriers are static.
+// Dynamic shared memory: nw · ring · 8 KB of slots, then the spans' sums
+// (spans · gpb · 512 bytes); the mbarriers are static.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-#define MMA_BULK_RING_MAX 4
+#define MMA_BULK_RING_MAX 2
+#define MMA_BULK_WARPS 8
 
 // mbar_init readies an mbarrier for count arrivals a phase.
 __device__ __forceinline__ void mbar_init(u64 *bar, u32 count) {
@@ -62,43 +72,28 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
-// mma_terms_prefetch asks L1 for span s's activation terms of ng token
-// groups from n0, the live tokens' only (those below T: the first 32 bytes
-// of a chunk's term per token, one 128-byte line up to 4 tokens, two up
-// to 8), spread over the warp's lanes: a line each. Fire and forget (no
-// register waits on it), so that mma_gemv_span's loads of the span, spans
-// later, hit L1 instead of waiting for L2 behind the weights' stream.
-__device__ __forceinline__ void mma_terms_prefetch(const uint2 *xs, int nc, int s, int n0, int ng, int T, int lane) {
-	int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
-	for (int n = 0; n < ng; n++) {
-		int lpc = T - 8 * (n0 + n) > 4 ? 2 : 1; // lines a chunk's term
-		for (int l = lane; l < nch * 3 * lpc; l += 32) {
-			const uint2 *p = xs + (((i64)(n0 + n) * nc + c0 + l / (3 * lpc)) * 3 + (l / lpc) % 3) * 32 + (l % lpc) * 16;
-			asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-		}
-	}
-}
-
-template <bool HOLD>
-__device__ __forceinline__ void mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1,
-                                              float *y2, const uint4 *w2, int out2, const uint2 *xs, int T, int in,
-                                              int gpb, int ring, int ahead) {
+// lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
+// at most 128 registers a thread (each weight fragment read from its slot
+// by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                     const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring) {
 	extern __shared__ uint4 smem[];
-	__shared__ u64 bars[MMA_GEMV_WARPS][MMA_BULK_RING_MAX];
-	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
 	const uint4 *w;
 	mma_pick(&m, 16, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
 	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
-	int mine = wi < spans ? (spans - 1 - wi) / MMA_GEMV_WARPS + 1 : 0; // this warp's spans
+	int mine = wi < spans ? (spans - 1 - wi) / nw + 1 : 0; // this warp's spans: wi, wi + nw, ...
 	uint4 *slots = smem + wi * ring * MMA_SPAN * 32;
 	u64 *bar = bars[wi];
-	float *part = (float *)(smem + MMA_GEMV_WARPS * ring * MMA_SPAN * 32);
+	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
 	const uint4 *wt = w + (i64)m * nc * 32; // row tile m: nc tiles of 32 uint4, one after the other
 	// issue starts the copy of this warp's k-th span into its slot.
 	auto issue = [&](int k) {
-		int c0 = (wi + k * MMA_GEMV_WARPS) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+		int c0 = (wi + k * nw) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
 		bulk_copy(slots + (k % ring) * MMA_SPAN * 32, wt + (i64)c0 * 32, nch * 512, &bar[k % ring]);
 	};
 	if (lane == 0) {
@@ -110,12 +105,9 @@ __device__ __forceinline__ void mma_gemv_bulk(float *y0, const uint4 *w0, int ou
 	}
 	__syncwarp();
 	lb_pdl_wait();
-	for (int k = 0; k < min(ahead, mine); k++) mma_terms_prefetch(xs, nc, wi + k * MMA_GEMV_WARPS, n0, ng, T, lane);
 	for (int k = 0; k < mine; k++) {
-		if (ahead > 0 && k + ahead < mine)
-			mma_terms_prefetch(xs, nc, wi + (k + ahead) * MMA_GEMV_WARPS, n0, ng, T, lane);
-		mma_gemv_span<HOLD>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * MMA_GEMV_WARPS, n0, ng, T, lane,
-		              [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
+		mma_gemv_span<false>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
+		                     [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
 		// Every lane has its fragments of the slot in registers (the mma
 		// consumed them): the slot takes the span ring spans on.
 		__syncwarp();
@@ -123,21 +115,5 @@ __device__ __forceinline__ void mma_gemv_bulk(float *y0, const uint4 *w0, int ou
 	}
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T);
-}
-
-#define MMA_BULK_ARGS                                                                                               \
-	float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2, const uint4 *w2, int out2, \
-	    const uint2 *xs, int T, int in, int gpb, int ring, int ahead
-extern "C" __global__ void __launch_bounds__(128, 2) lb_mma_gemv_bulk(MMA_BULK_ARGS) {
-	mma_gemv_bulk<true>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, ahead);
-}
-// lb_mma_gemv_bulk3 and lb_mma_gemv_bulk4: the same with each weight
-// fragment read by its chunk, in at most 170 and 128 registers: three and
-// four blocks an SM.
-extern "C" __global__ void __launch_bounds__(128, 3) lb_mma_gemv_bulk3(MMA_BULK_ARGS) {
-	mma_gemv_bulk<false>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, ahead);
-}
-extern "C" __global__ void __launch_bounds__(128, 4) lb_mma_gemv_bulk4(MMA_BULK_ARGS) {
-	mma_gemv_bulk<false>(y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, ahead);
 }
 #endif
