@@ -68,9 +68,15 @@ const (
 var mmaWideFrom = 9
 
 // mmaBulkGroups is the most token groups of 8 lb_mma_gemv_bulk takes (on
-// sm_90 and later, where useWide declines; more go to lb_mma_gemv). Tests
+// sm_90 and later; more go to lb_mma_gemv_wide or lb_mma_gemv, as useWide
+// decides). Measured on the H200 (µs, 4096×4096, 12288×4096, 4096×12288;
+// lb_mma_gemv_bulk against the faster of lb_mma_gemv and
+// lb_mma_gemv_wide): T=1 11.2, 32.1, 32.6 against 13.4, 40.0, 39.9; T=8
+// 11.5, 35.7, 34.0 against 13.9, 39.0, 40.9; T=16 15.9, 48.8, 52.9 against
+// 19.2, 49.6, 61.1; T=32 25.8, 74.9, 118.3 against 23.8, 58.3, 115.1 (the
+// activation terms of 4 groups, 6 bytes of L2 reads a weight byte). Tests
 // and benchmarks set it (0: never; mmaGemvTokens/8: every T).
-var mmaBulkGroups = 1
+var mmaBulkGroups = 2
 
 // lb_mma_gemv_bulk's block (warps, up to mmaBulkWarpsMax = MMA_BULK_WARPS
 // in matmul_mma_bulk.cu, and no more than the input's spans) and ring
@@ -260,9 +266,10 @@ func (k *K) SiLUMulTerms(t Terms, gate, up Buf, D int) error {
 		ptrArg(t.buf.ptr), ptrArg(gate.ptr), ptrArg(up.ptr), intArg(t.T), intArg(D), intArg(nc))
 }
 
-// MatMulTerms runs tiled weights ws (In = t.In) on the input t: lb_mma_gemv
-// or, from mmaWideFrom tokens on sm_90, lb_mma_gemv_wide (up to three
-// weights a launch) up to mmaGemvTokens tokens, else lb_mma_gemm; every
+// MatMulTerms runs tiled weights ws (In = t.In) on the input t, up to
+// mmaGemvTokens tokens by a GEMV (up to three weights a launch): on sm_90
+// lb_mma_gemv_bulk up to 8·mmaBulkGroups tokens, then lb_mma_gemv_wide
+// from mmaWideFrom; else lb_mma_gemv; more tokens by lb_mma_gemm. Every
 // kernel gives the same bits.
 func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	d := k.d
@@ -290,19 +297,19 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
-	if k.useWide(T, spans) {
-		shared := mmaWideStages + (spans+mmaWideSplit-1)/mmaWideSplit*t.groups*4096
-		if shared <= mmaWideMaxShared {
-			return k.gemvLaunches(ys, ws, "lb_mma_gemv_wide", mmaWideRows, mmaWideThreads, mmaWideSplit, shared,
-				ptrArg(t.buf.ptr), intArg(T), intArg(in))
-		}
-	}
 	if k.useBulk(t.groups) {
 		warps, ring := bulkShape(spans)
 		slots := warps * ring * mmaSpan * 512
 		if gpb, ok := gemvGroups(t.groups, spans, slots); ok {
 			return k.gemvLaunches(ys, ws, "lb_mma_gemv_bulk", 16, 32*warps, (t.groups+gpb-1)/gpb,
 				slots+spans*gpb*512, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
+		}
+	}
+	if k.useWide(T, spans) {
+		shared := mmaWideStages + (spans+mmaWideSplit-1)/mmaWideSplit*t.groups*4096
+		if shared <= mmaWideMaxShared {
+			return k.gemvLaunches(ys, ws, "lb_mma_gemv_wide", mmaWideRows, mmaWideThreads, mmaWideSplit, shared,
+				ptrArg(t.buf.ptr), intArg(T), intArg(in))
 		}
 	}
 	const slots = mmaGemvWarps * 2 * mmaSpan * 512
