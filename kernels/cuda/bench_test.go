@@ -37,7 +37,7 @@ func BenchmarkKernels(b *testing.B) {
 		b.Fatal(err)
 	}
 	// What NVRTC made of the kernels timed here: registers and spills.
-	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_bulk", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
+	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_bulk", "lb_mma_gemv_bulk_x", "lb_mma_gemv_bulk_silu", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
 		"lb_flash_d128_k1_split", "lb_flash_prefill_d128_q1", "lb_flash_decode_d128", "lb_flash_decode_d128_q1", "lb_flash_merge"} {
 		if ki, err := d.KernelInfo(name); err == nil {
 			b.Logf("%-28s %3d registers, %4d bytes local (spills), %5d bytes static shared", name, ki.Registers, ki.LocalBytes, ki.StaticShared)
@@ -91,43 +91,56 @@ func BenchmarkKernels(b *testing.B) {
 		}
 		return per
 	}
-	// The decode GEMV (one token) on the Qwen3-8B shapes and its LM head.
-	for _, sh := range []struct{ out, in int }{{4096, 4096}, {12288, 4096}, {4096, 12288}, {151936, 4096}} {
-		w := &kernels.Weight{Format: kernels.WeightBF16, Out: sh.out, In: sh.in, Data: randBF16(sh.out * sh.in), Act: kernels.ActNone}
-		dw, err := d.UploadWeight(w)
-		if err != nil {
-			b.Fatal(err)
+	// The decode GEMV (one token) on the Qwen3-8B shapes and its LM head,
+	// and the layer's launches that share an input (q, k and v; gate and
+	// up), by the default kernel and by each that can run it (the same
+	// bits): lb_mma_gemv, and lb_mma_gemv_bulk in blocks of 4 and 8 warps.
+	for _, sh := range []struct {
+		outs []int
+		in   int
+	}{{[]int{4096}, 4096}, {[]int{12288}, 4096}, {[]int{4096}, 12288}, {[]int{151936}, 4096},
+		{[]int{4096, 1024, 1024}, 4096}, {[]int{12288, 12288}, 4096}} {
+		var dws []*Weight
+		var ys []Buf
+		bytes, rows := 0, 0
+		for _, out := range sh.outs {
+			w := &kernels.Weight{Format: kernels.WeightBF16, Out: out, In: sh.in, Data: randBF16(out * sh.in), Act: kernels.ActNone}
+			dw, err := d.UploadWeight(w)
+			if err != nil {
+				b.Fatal(err)
+			}
+			y, _ := d.Alloc(4 * out)
+			dws, ys = append(dws, dw), append(ys, y)
+			bytes, rows = bytes+len(w.Data), rows+out
 		}
 		x, _ := d.Alloc(4 * sh.in)
-		y, _ := d.Alloc(4 * sh.out)
 		d.Upload(x, asBytes(randF32(sh.in), sh.in))
-		b.Run(fmt.Sprintf("gemv-bf16/%dx%d", sh.out, sh.in), func(b *testing.B) {
-			timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
-		})
-		// The same GEMV by each kernel that can run it (the same bits):
-		// lb_mma_gemv, and lb_mma_gemv_bulk in blocks of 4 and 8 warps, one
-		// and two spans in flight a warp.
-		type variant struct {
-			name                string
-			groups, warps, ring int
+		shape := fmt.Sprintf("%dx%d", rows, sh.in)
+		if len(sh.outs) > 1 {
+			shape = fmt.Sprintf("%vx%d", sh.outs, sh.in)
 		}
-		variants := []variant{{"lb_mma_gemv", 0, 0, 0}}
-		for _, warps := range []int{4, 8} {
-			for ring := 1; ring <= mmaBulkRingMax; ring++ {
-				variants = append(variants, variant{fmt.Sprintf("lb_mma_gemv_bulk/warps=%d/ring=%d", warps, ring), 1, warps, ring})
-			}
-		}
-		for _, v := range variants {
-			b.Run(fmt.Sprintf("gemv-bf16/%s/%dx%d", v.name, sh.out, sh.in), func(b *testing.B) {
-				defer func(g, w, r int) { mmaBulkGroups, mmaBulkWarps, mmaBulkRing = g, w, r }(
-					mmaBulkGroups, mmaBulkWarps, mmaBulkRing)
-				mmaBulkGroups, mmaBulkWarps, mmaBulkRing = v.groups, v.warps, v.ring
-				timeGraph(b, func(k *K) error { return k.MatMul(y, x, 1, dw) }, float64(len(w.Data)))
+		for _, v := range []struct {
+			name          string
+			groups, warps int
+			rows          bool
+		}{
+			{"", mmaBulkGroups, mmaBulkWarps, mmaBulkRows},
+			{"lb_mma_split+lb_mma_gemv/", 0, 0, false},
+			{"lb_mma_split+lb_mma_gemv_bulk/", 1, 0, false},
+			{"lb_mma_gemv_bulk_x/warps=4/", 1, 4, true},
+			{"lb_mma_gemv_bulk_x/warps=8/", 1, 8, true},
+		} {
+			b.Run(fmt.Sprintf("gemv-bf16/%s%s", v.name, shape), func(b *testing.B) {
+				defer func(g, w int, r bool) { mmaBulkGroups, mmaBulkWarps, mmaBulkRows = g, w, r }(mmaBulkGroups, mmaBulkWarps, mmaBulkRows)
+				mmaBulkGroups, mmaBulkWarps, mmaBulkRows = v.groups, v.warps, v.rows
+				timeGraph(b, func(k *K) error { return k.MatMulShared(x, 1, ys, dws) }, float64(bytes))
 			})
 		}
-		d.Free(dw.Data)
+		for i := range dws {
+			d.Free(dws[i].Data)
+			d.Free(ys[i])
+		}
 		d.Free(x)
-		d.Free(y)
 	}
 	// The decode GEMV of a batch (T tokens, one step of T sequences) on the
 	// same shapes: lb_mma_gemv forced beside lb_mma_gemv_wide (the default
@@ -150,8 +163,10 @@ func BenchmarkKernels(b *testing.B) {
 				groups int
 			}{{"lb_mma_gemv", mmaGemvTokens + 1, 0}, {"lb_mma_gemv_wide", 1, 0}, {"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8}} {
 				b.Run(fmt.Sprintf("gemv-bf16/%s/T=%d/%dx%d", v.name, T, sh.out, sh.in), func(b *testing.B) {
-					defer func(f, g int) { mmaWideFrom, mmaBulkGroups = f, g }(mmaWideFrom, mmaBulkGroups)
-					mmaWideFrom, mmaBulkGroups = v.from, v.groups
+					defer func(f, g int, r bool) { mmaWideFrom, mmaBulkGroups, mmaBulkRows = f, g, r }(mmaWideFrom, mmaBulkGroups, mmaBulkRows)
+					// Every kernel here after lb_mma_split, as a step's
+					// producers of terms leave the input.
+					mmaWideFrom, mmaBulkGroups, mmaBulkRows = v.from, v.groups, false
 					timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, float64(len(w.Data)))
 				})
 			}

@@ -81,9 +81,11 @@ var mmaBulkGroups = 2
 // lb_mma_gemv_bulk's block (warps, up to mmaBulkWarpsMax = MMA_BULK_WARPS
 // in matmul_mma_bulk.cu, and no more than the input's spans) and ring
 // (spans in flight a warp, up to mmaBulkRingMax = MMA_BULK_RING_MAX): one
-// span a warp measured fastest on the H200; benchmarks and tests set both.
+// span a warp measured fastest on the H200 (a deeper ring only cost
+// blocks an SM); benchmarks and tests set both. mmaBulkWarps 0 picks by
+// the grid (bulkShape).
 var (
-	mmaBulkWarps = 8
+	mmaBulkWarps = 0
 	mmaBulkRing  = 1
 )
 
@@ -93,9 +95,19 @@ const (
 )
 
 // bulkShape returns lb_mma_gemv_bulk's warps a block and ring on an input
-// of spans spans.
-func bulkShape(spans int) (warps, ring int) {
-	warps = max(1, min(mmaBulkWarps, mmaBulkWarpsMax, spans))
+// of spans spans, for a launch of blocks blocks on sms SMs. Blocks of 8
+// warps (128 registers a thread: two an SM) unless that takes a second,
+// partial wave where blocks of 4 (four an SM) fit in one: the packed q, k
+// and v projections of Qwen3-8B are 384 row tiles on 132 SMs.
+func bulkShape(spans, blocks, sms int) (warps, ring int) {
+	warps = mmaBulkWarps
+	if warps == 0 {
+		warps = mmaBulkWarpsMax
+		if blocks > 2*sms && blocks <= 4*sms {
+			warps = mmaBulkWarpsMax / 2
+		}
+	}
+	warps = max(1, min(warps, mmaBulkWarpsMax, spans))
 	ring = max(1, min(mmaBulkRing, mmaBulkRingMax, (spans+warps-1)/warps))
 	return warps, ring
 }
@@ -187,7 +199,8 @@ func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
 
 // MatMulShared runs MatMul for several weights that read the same x (a
 // layer's q, k and v, or gate and up) with one split of x into mma terms
-// when the weights are tiled.
+// when the weights are tiled (none where lb_mma_gemv_bulk_x takes x as
+// it is).
 func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 	if len(ys) != len(ws) {
 		return fmt.Errorf("cuda: MatMulShared of %d outputs and %d weights", len(ys), len(ws))
@@ -203,6 +216,11 @@ func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 			}
 			ws, ys = append(ws[:i:i], ws[i+1:]...), append(ys[:i:i], ys[i+1:]...)
 			return k.MatMulShared(x, T, ys, ws)
+		}
+	}
+	if mmaBulkRows {
+		if ok, err := k.gemvBulk("lb_mma_gemv_bulk_x", T, in, ys, ws, ptrArg(x.ptr)); ok {
+			return err
 		}
 	}
 	t, err := k.TermsFor(T, in)
@@ -252,7 +270,7 @@ func (k *K) AddRMSNormTerms(x, h Buf, t Terms, w Buf, D int, eps float32, zeroCe
 	if zeroCentered {
 		zc = 1
 	}
-	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 4*D,
+	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 8*D,
 		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg((D+15)/16))
 }
 
@@ -297,13 +315,8 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
-	if k.useBulk(t.groups) {
-		warps, ring := bulkShape(spans)
-		slots := warps * ring * mmaSpan * 512
-		if gpb, ok := gemvGroups(t.groups, spans, slots); ok {
-			return k.gemvLaunches(ys, ws, "lb_mma_gemv_bulk", 16, 32*warps, (t.groups+gpb-1)/gpb,
-				slots+spans*gpb*512, ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
-		}
+	if ok, err := k.gemvBulk("lb_mma_gemv_bulk", T, in, ys, ws, ptrArg(t.buf.ptr)); ok {
+		return err
 	}
 	if k.useWide(T, spans) {
 		shared := mmaWideStages + (spans+mmaWideSplit-1)/mmaWideSplit*t.groups*4096
@@ -319,6 +332,66 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	}
 	return k.gemvLaunches(ys, ws, "lb_mma_gemv", 16, 32*mmaGemvWarps, (t.groups+gpb-1)/gpb, slots+spans*gpb*512,
 		ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb))
+}
+
+// gemvBulk launches lb_mma_gemv_bulk or one of its variants (name; its
+// activations args) for T tokens on input width in over the tiled weights
+// ws, and reports whether it could: on sm_90, up to 8·mmaBulkGroups
+// tokens, with room in shared memory.
+func (k *K) gemvBulk(name string, T, in int, ys []Buf, ws []*Weight, args ...arg) (bool, error) {
+	groups := (T + 7) / 8
+	if !k.useBulk(groups) {
+		return false, nil
+	}
+	spans := ((in+15)/16 + mmaSpan - 1) / mmaSpan
+	tiles := 0 // the first launch's row tiles (gemvLaunches: up to three weights)
+	for _, w := range ws[:min(3, len(ws))] {
+		tiles += (w.Out + 15) / 16
+	}
+	warps, ring := bulkShape(spans, tiles*groups, k.d.SMs)
+	slots := warps * ring * mmaSpan * 512
+	gpb, ok := gemvGroups(groups, spans, slots)
+	if !ok {
+		return false, nil
+	}
+	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
+		append(args, intArg(T), intArg(in), intArg(gpb), intArg(ring))...)
+}
+
+// mmaBulkRows lets lb_mma_gemv_bulk_x and lb_mma_gemv_bulk_silu read
+// float32 activations, each splitting them into terms as it goes, in
+// place of a split (or SiLU-mul) launch before lb_mma_gemv_bulk; tests turn
+// it off to compare the two.
+var mmaBulkRows = true
+
+// SiLUMulMatMul runs tiled weights ws (In = D) on SiLU(gate) · up, gate
+// and up [T, D] float32: by lb_mma_gemv_bulk_silu in one launch where the
+// bulk GEMV takes T, else SiLUMulTerms then MatMulTerms, the same bits.
+func (k *K) SiLUMulMatMul(gate, up Buf, T, D int, ys []Buf, ws []*Weight) error {
+	if len(ys) != len(ws) || len(ws) == 0 {
+		return fmt.Errorf("cuda: SiLUMulMatMul of %d outputs and %d weights", len(ys), len(ws))
+	}
+	for _, w := range ws {
+		if !w.Tiled || w.In != D {
+			return fmt.Errorf("cuda: SiLUMulMatMul: a %dx%d weight (tiled %v) on an input of width %d", w.Out, w.In, w.Tiled, D)
+		}
+	}
+	if T == 0 {
+		return nil
+	}
+	if mmaBulkRows {
+		if ok, err := k.gemvBulk("lb_mma_gemv_bulk_silu", T, D, ys, ws, ptrArg(gate.ptr), ptrArg(up.ptr)); ok {
+			return err
+		}
+	}
+	t, err := k.TermsFor(T, D)
+	if err != nil {
+		return err
+	}
+	if err := k.SiLUMulTerms(t, gate, up, D); err != nil {
+		return err
+	}
+	return k.MatMulTerms(t, ys, ws)
 }
 
 // gemvGroups returns the token groups a block of lb_mma_gemv or

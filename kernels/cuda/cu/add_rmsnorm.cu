@@ -63,7 +63,8 @@ extern "C" __global__ void lb_add_rmsnorm_bf16(float *x, const float *h, float *
 // lb_add_rmsnorm_terms: lb_add_rmsnorm (without the add when h is null)
 // writing y as mma terms (matmul_mma.cu) for a matrix of nc column chunks
 // instead of float32: the same values, split as lb_mma_split would; the
-// columns past D are zeros. Dynamic shared memory: the new row x, D floats.
+// columns past D are zeros. Dynamic shared memory: the new row x and the
+// gains, 2·D floats.
 extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *xs, const float *w, int D, float eps,
                                                 int zero_centered, int nc) {
 	lb_pdl_wait();
@@ -79,13 +80,15 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 	// second pass, which reads no global memory but the weights.
 	constexpr int RN = 16;
 	const int nt = blockDim.x;
+	float *gain = row + D; // the norm's g = w or 1 + w, loaded in the same round
 	float s = 0.0f;
 	for (int i0 = threadIdx.x; i0 < D; i0 += RN * nt) {
-		float v[RN];
+		float v[RN], wv[RN];
 #pragma unroll
 		for (int u = 0; u < RN; u++) {
 			int i = i0 + u * nt;
 			v[u] = i < D ? xr[i] : 0.0f;
+			wv[u] = i < D ? w[i] : 0.0f;
 			if (hr && i < D) v[u] += hr[i];
 		}
 #pragma unroll
@@ -94,6 +97,7 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 			if (i >= D) break;
 			if (hr) xr[i] = v[u];
 			row[i] = v[u];
+			gain[i] = zero_centered ? 1.0f + wv[u] : wv[u];
 			s += v[u] * v[u];
 		}
 	}
@@ -107,8 +111,7 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 #pragma unroll
 			for (int k = 0; k < 2; k++) {
 				int i = 2 * (p0 + u * nt) + k;
-				float g = i < D ? (zero_centered ? 1.0f + w[i] : w[i]) : 0.0f;
-				v[u][k] = i < D ? row[i] * r * g : 0.0f;
+				v[u][k] = i < D ? row[i] * r * gain[i] : 0.0f;
 			}
 #pragma unroll
 		for (int u = 0; u < PN; u++)
