@@ -72,6 +72,13 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
+// bulk_wait waits for the k-th span of a ring of `ring` slots to land.
+struct bulk_wait {
+	u64 *bar;
+	u32 parity;
+	__device__ void operator()() const { mbar_wait(bar, parity); }
+};
+
 // mma_gemv_bulk is lb_mma_gemv_bulk's body: span(part, slot, s, n0, ng,
 // wait) multiplies span s's weight tiles in slot by ng token groups from
 // n0 and writes their sums to part (mma_gemv_span's contract), calling
@@ -108,8 +115,7 @@ __device__ __forceinline__ void mma_gemv_bulk(float *y0, const uint4 *w0, int ou
 	__syncwarp();
 	lb_pdl_wait();
 	for (int k = 0; k < mine; k++) {
-		span(part, slots + (k % ring) * MMA_SPAN * 32, wi + k * nw, n0, ng,
-		     [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
+		span(part, slots + (k % ring) * MMA_SPAN * 32, wi + k * nw, n0, ng, bulk_wait{&bar[k % ring], (u32)(k / ring) & 1});
 		// Every lane has its fragments of the slot in registers (the mma
 		// consumed them): the slot takes the span ring spans on.
 		__syncwarp();
@@ -170,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(MMA_BULK_WEIGHTS, const uint2 *xs, int T, int in, int gpb, int ring) {
 	int nc = (in + 15) / 16, lane = threadIdx.x & 31;
 	mma_gemv_bulk(y0, w0, out0, y1, w1, out1, y2, w2, out2, T, in, gpb, ring,
-	              [&](float *part, const uint4 *slot, int s, int n0, int ng, auto wait) {
+	              [&](float *part, const uint4 *slot, int s, int n0, int ng, bulk_wait wait) {
 		              mma_gemv_span<false>(part, slot, xs, nc, s, n0, ng, T, lane, wait);
 	              });
 }
@@ -182,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 	int nc = (in + 15) / 16, lane = threadIdx.x & 31;
 	auto src = [=](int t, int col) { return __ldg(x + (i64)t * in + col); };
 	mma_gemv_bulk(y0, w0, out0, y1, w1, out1, y2, w2, out2, T, in, gpb, ring,
-	              [&](float *part, const uint4 *slot, int s, int n0, int ng, auto wait) {
+	              [&](float *part, const uint4 *slot, int s, int n0, int ng, bulk_wait wait) {
 		              mma_gemv_span_rows(part, slot, src, nc, in, s, n0, ng, T, lane, wait);
 	              });
 }
@@ -197,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 		return g / (1.0f + expf(-g)) * up[(i64)t * in + col];
 	};
 	mma_gemv_bulk(y0, w0, out0, y1, w1, out1, y2, w2, out2, T, in, gpb, ring,
-	              [&](float *part, const uint4 *slot, int s, int n0, int ng, auto wait) {
+	              [&](float *part, const uint4 *slot, int s, int n0, int ng, bulk_wait wait) {
 		              mma_gemv_span_rows(part, slot, src, nc, in, s, n0, ng, T, lane, wait);
 	              });
 }
