@@ -107,8 +107,6 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 // all tiled BF16: the norms and SiLU-mul write the matmuls' inputs as mma
 // terms directly (no separate split launch): they compute the float32
 // values layersFloat's kernels write and split them as lb_mma_split does.
-// Where the bulk GEMV takes the step (up to 16 tokens on sm_90), SiLU-mul
-// and the attention output's split happen inside the GEMV instead.
 func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float32) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
@@ -149,7 +147,11 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
 			return err
 		}
-		if err := k.SiLUMulMatMul(g, u, T, d.inter, []cuda.Buf{h}, []*cuda.Weight{dl.down}); err != nil {
+		td, err := terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) })
+		if err != nil {
+			return err
+		}
+		if err := k.MatMulTerms(td, []cuda.Buf{h}, []*cuda.Weight{dl.down}); err != nil {
 			return err
 		}
 		if i+1 == len(e.layers) {

@@ -37,7 +37,7 @@ func BenchmarkKernels(b *testing.B) {
 		b.Fatal(err)
 	}
 	// What NVRTC made of the kernels timed here: registers and spills.
-	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_bulk", "lb_mma_gemv_bulk_x", "lb_mma_gemv_bulk_silu", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
+	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_bulk", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
 		"lb_flash_d128_k1_split", "lb_flash_prefill_d128_q1", "lb_flash_decode_d128", "lb_flash_decode_d128_q1", "lb_flash_merge"} {
 		if ki, err := d.KernelInfo(name); err == nil {
 			b.Logf("%-28s %3d registers, %4d bytes local (spills), %5d bytes static shared", name, ki.Registers, ki.LocalBytes, ki.StaticShared)
@@ -122,17 +122,15 @@ func BenchmarkKernels(b *testing.B) {
 		for _, v := range []struct {
 			name          string
 			groups, warps int
-			rows          bool
 		}{
-			{"", mmaBulkGroups, mmaBulkWarps, mmaBulkRows},
-			{"lb_mma_split+lb_mma_gemv/", 0, 0, false},
-			{"lb_mma_split+lb_mma_gemv_bulk/", 1, 0, false},
-			{"lb_mma_gemv_bulk_x/warps=4/", 1, 4, true},
-			{"lb_mma_gemv_bulk_x/warps=8/", 1, 8, true},
+			{"", mmaBulkGroups, mmaBulkWarps},
+			{"lb_mma_gemv/", 0, 0},
+			{"lb_mma_gemv_bulk/warps=4/", 1, 4},
+			{"lb_mma_gemv_bulk/warps=8/", 1, 8},
 		} {
 			b.Run(fmt.Sprintf("gemv-bf16/%s%s", v.name, shape), func(b *testing.B) {
-				defer func(g, w int, r bool) { mmaBulkGroups, mmaBulkWarps, mmaBulkRows = g, w, r }(mmaBulkGroups, mmaBulkWarps, mmaBulkRows)
-				mmaBulkGroups, mmaBulkWarps, mmaBulkRows = v.groups, v.warps, v.rows
+				defer func(g, w int) { mmaBulkGroups, mmaBulkWarps = g, w }(mmaBulkGroups, mmaBulkWarps)
+				mmaBulkGroups, mmaBulkWarps = v.groups, v.warps
 				timeGraph(b, func(k *K) error { return k.MatMulShared(x, 1, ys, dws) }, float64(bytes))
 			})
 		}
@@ -163,10 +161,8 @@ func BenchmarkKernels(b *testing.B) {
 				groups int
 			}{{"lb_mma_gemv", mmaGemvTokens + 1, 0}, {"lb_mma_gemv_wide", 1, 0}, {"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8}} {
 				b.Run(fmt.Sprintf("gemv-bf16/%s/T=%d/%dx%d", v.name, T, sh.out, sh.in), func(b *testing.B) {
-					defer func(f, g int, r bool) { mmaWideFrom, mmaBulkGroups, mmaBulkRows = f, g, r }(mmaWideFrom, mmaBulkGroups, mmaBulkRows)
-					// Every kernel here after lb_mma_split, as a step's
-					// producers of terms leave the input.
-					mmaWideFrom, mmaBulkGroups, mmaBulkRows = v.from, v.groups, false
+					defer func(f, g int) { mmaWideFrom, mmaBulkGroups = f, g }(mmaWideFrom, mmaBulkGroups)
+					mmaWideFrom, mmaBulkGroups = v.from, v.groups
 					timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, float64(len(w.Data)))
 				})
 			}

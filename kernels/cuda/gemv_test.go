@@ -15,8 +15,8 @@ import (
 	"github.com/lowbit-ai/lowbit/kernels"
 )
 
-// TestGemvKernels: lb_mma_gemv_wide, lb_mma_gemv_bulk and
-// lb_mma_gemv_bulk_x (each forced for every T) give lb_mma_gemv's bits and write exactly its elements (the rest
+// TestGemvKernels: lb_mma_gemv_wide and the lb_mma_gemv_bulk variants (each
+// forced for every T) give lb_mma_gemv's bits and write exactly its elements (the rest
 // of y stays poisoned), for every T the GEMVs take, one to three weights a
 // launch, inputs of 1 to 48 spans (split unevenly over the wide kernel's
 // cluster of 8 blocks, some with none, and over the bulk kernel's warps)
@@ -28,9 +28,9 @@ func TestGemvKernels(t *testing.T) {
 	if d.Major < 9 {
 		t.Skipf("lb_mma_gemv_wide and lb_mma_gemv_bulk need sm_90; %s", d.Arch)
 	}
-	defer func(from, groups, warps, ring int, rows bool) {
-		mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing, mmaBulkRows = from, groups, warps, ring, rows
-	}(mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing, mmaBulkRows)
+	defer func(from, groups, warps, ring int) {
+		mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing = from, groups, warps, ring
+	}(mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing)
 	rng := rand.New(rand.NewPCG(7, 9))
 	const guard = 64 // floats past T·out that neither kernel may write
 	for _, c := range []struct {
@@ -79,8 +79,8 @@ func TestGemvKernels(t *testing.T) {
 		if err := d.Upload(xd, asBytes(x, len(x))); err != nil {
 			t.Fatal(err)
 		}
-		run := func(T, from, groups, warps, ring int, rows bool) [][]byte {
-			mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing, mmaBulkRows = from, groups, warps, ring, rows
+		run := func(T, from, groups, warps, ring int) [][]byte {
+			mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing = from, groups, warps, ring
 			err := d.Run(func(k *K) error {
 				for _, y := range ys {
 					if err := k.Poison(y); err != nil {
@@ -102,22 +102,19 @@ func TestGemvKernels(t *testing.T) {
 			return got
 		}
 		for T := 1; T <= mmaGemvTokens; T++ {
-			old := run(T, mmaGemvTokens+1, 0, 0, 0, false)
-			// lb_mma_gemv_bulk (after lb_mma_split) and lb_mma_gemv_bulk_x
-			// (on x itself) with blocks of 8, 5 (spans split unevenly) and
-			// 4 warps, rings of 1 and 2, varying with T.
+			old := run(T, mmaGemvTokens+1, 0, 0, 0)
+			// lb_mma_gemv_bulk with blocks of 8, 5 (spans split unevenly)
+			// and 4 warps, rings of 1 and 2, varying with T.
 			for _, v := range []struct {
 				kernel                    string
 				from, groups, warps, ring int
-				rows                      bool
 			}{
-				{"lb_mma_gemv_wide", 1, 0, 0, 0, false},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 8, 1 + T%2, false},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 5, 1 + (T+1)%2, false},
-				{"lb_mma_gemv_bulk_x", mmaGemvTokens + 1, mmaGemvTokens / 8, 4, 1 + T%2, true},
-				{"lb_mma_gemv_bulk_x", mmaGemvTokens + 1, mmaGemvTokens / 8, 8, 1 + (T+1)%2, true},
+				{"lb_mma_gemv_wide", 1, 0, 0, 0},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 8, 1 + T%2},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 5, 1 + (T+1)%2},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 4, 1 + T%2},
 			} {
-				got := run(T, v.from, v.groups, v.warps, v.ring, v.rows)
+				got := run(T, v.from, v.groups, v.warps, v.ring)
 				for i, out := range c.outs {
 					name := fmt.Sprintf("outs=%v/in=%d/T=%d/weight %d", c.outs, c.in, T, i)
 					if bytes.Equal(old[i], got[i]) {
@@ -139,81 +136,6 @@ func TestGemvKernels(t *testing.T) {
 			d.Free(ys[i])
 		}
 		d.Free(xd)
-	}
-}
-
-// TestSiLUMulMatMul: SiLUMulMatMul through lb_mma_gemv_bulk_silu gives
-// the bits of SiLUMulTerms then MatMulTerms, for every T the GEMVs take,
-// on the down projection's shape and on widths off the span, with gates
-// that overflow exp (large negative) and saturate it (large positive).
-func TestSiLUMulMatMul(t *testing.T) {
-	d := openOrSkip(t)
-	if d.Major < 9 {
-		t.Skipf("lb_mma_gemv_bulk_silu needs sm_90; %s", d.Arch)
-	}
-	defer func(groups int, rows bool) { mmaBulkGroups, mmaBulkRows = groups, rows }(mmaBulkGroups, mmaBulkRows)
-	rng := rand.New(rand.NewPCG(3, 5))
-	for _, c := range []struct{ out, in int }{{4096, 12288}, {200, 1040}, {33, 16}} {
-		data := make([]byte, 2*c.out*c.in)
-		for i := 0; i < c.out*c.in; i++ {
-			binary.LittleEndian.PutUint16(data[2*i:], format.BF16FromFloat32(float32(rng.NormFloat64()*0.05)))
-		}
-		dw, err := d.UploadWeight(&kernels.Weight{Format: kernels.WeightBF16, Out: c.out, In: c.in, Data: data, Act: kernels.ActNone})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gate, up := make([]float32, mmaGemvTokens*c.in), make([]float32, mmaGemvTokens*c.in)
-		for i := range gate {
-			gate[i], up[i] = float32(rng.NormFloat64()*2), float32(rng.NormFloat64())
-			switch rng.IntN(64) {
-			case 0:
-				gate[i] = -200
-			case 1:
-				gate[i] = 200
-			case 2:
-				up[i] = 0
-			}
-		}
-		gd, _ := d.Alloc(4 * len(gate))
-		ud, _ := d.Alloc(4 * len(up))
-		y, _ := d.Alloc(4 * mmaGemvTokens * c.out)
-		if err := d.Upload(gd, asBytes(gate, len(gate))); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Upload(ud, asBytes(up, len(up))); err != nil {
-			t.Fatal(err)
-		}
-		run := func(T int, rows bool) []byte {
-			mmaBulkGroups, mmaBulkRows = mmaGemvTokens/8, rows
-			err := d.Run(func(k *K) error {
-				if err := k.Poison(y); err != nil {
-					return err
-				}
-				return k.SiLUMulMatMul(gd, ud, T, c.in, []Buf{y}, []*Weight{dw})
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make([]byte, y.Bytes())
-			if err := d.Download(got, y); err != nil {
-				t.Fatal(err)
-			}
-			return got
-		}
-		for T := 1; T <= mmaGemvTokens; T++ {
-			want, got := run(T, false), run(T, true)
-			for e := 0; e < len(want)/4; e++ {
-				o, w := binary.LittleEndian.Uint32(want[4*e:]), binary.LittleEndian.Uint32(got[4*e:])
-				if o != w {
-					t.Errorf("%dx%d T=%d: y[t=%d,o=%d] = %#08x from lb_mma_gemv_bulk_silu, %#08x from lb_silu_mul_terms and the GEMV",
-						c.out, c.in, T, e/c.out, e%c.out, w, o)
-					break
-				}
-			}
-		}
-		for _, b := range []Buf{dw.Data, gd, ud, y} {
-			d.Free(b)
-		}
 	}
 }
 

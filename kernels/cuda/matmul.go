@@ -199,8 +199,7 @@ func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
 
 // MatMulShared runs MatMul for several weights that read the same x (a
 // layer's q, k and v, or gate and up) with one split of x into mma terms
-// when the weights are tiled (none where lb_mma_gemv_bulk_x takes x as
-// it is).
+// when the weights are tiled.
 func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 	if len(ys) != len(ws) {
 		return fmt.Errorf("cuda: MatMulShared of %d outputs and %d weights", len(ys), len(ws))
@@ -216,11 +215,6 @@ func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 			}
 			ws, ys = append(ws[:i:i], ws[i+1:]...), append(ys[:i:i], ys[i+1:]...)
 			return k.MatMulShared(x, T, ys, ws)
-		}
-	}
-	if mmaBulkRows {
-		if ok, err := k.gemvBulk("lb_mma_gemv_bulk_x", T, in, ys, ws, ptrArg(x.ptr)); ok {
-			return err
 		}
 	}
 	t, err := k.TermsFor(T, in)
@@ -315,7 +309,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
-	if ok, err := k.gemvBulk("lb_mma_gemv_bulk", T, in, ys, ws, ptrArg(t.buf.ptr)); ok {
+	if ok, err := k.gemvBulk(t.buf, T, in, ys, ws); ok {
 		return err
 	}
 	if k.useWide(T, spans) {
@@ -334,11 +328,10 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb))
 }
 
-// gemvBulk launches lb_mma_gemv_bulk or one of its variants (name; its
-// activations args) for T tokens on input width in over the tiled weights
-// ws, and reports whether it could: on sm_90, up to 8·mmaBulkGroups
-// tokens, with room in shared memory.
-func (k *K) gemvBulk(name string, T, in int, ys []Buf, ws []*Weight, args ...arg) (bool, error) {
+// gemvBulk launches lb_mma_gemv_bulk for T tokens of terms xs on input
+// width in over the tiled weights ws, and reports whether it could: on
+// sm_90, up to 8·mmaBulkGroups tokens, with room in shared memory.
+func (k *K) gemvBulk(xs Buf, T, in int, ys []Buf, ws []*Weight) (bool, error) {
 	groups := (T + 7) / 8
 	if !k.useBulk(groups) {
 		return false, nil
@@ -348,50 +341,17 @@ func (k *K) gemvBulk(name string, T, in int, ys []Buf, ws []*Weight, args ...arg
 	for _, w := range ws[:min(3, len(ws))] {
 		tiles += (w.Out + 15) / 16
 	}
-	warps, ring := bulkShape(spans, tiles*groups, k.d.SMs)
+	// The grid's rows of token groups as 8-warp blocks would have them
+	// (smaller blocks may only carry more groups each).
+	gpb, _ := gemvGroups(groups, spans, mmaBulkWarpsMax*mmaSpan*512)
+	warps, ring := bulkShape(spans, tiles*((groups+gpb-1)/gpb), k.d.SMs)
 	slots := warps * ring * mmaSpan * 512
 	gpb, ok := gemvGroups(groups, spans, slots)
 	if !ok {
 		return false, nil
 	}
-	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
-		append(args, intArg(T), intArg(in), intArg(gpb), intArg(ring))...)
-}
-
-// mmaBulkRows lets lb_mma_gemv_bulk_x and lb_mma_gemv_bulk_silu read
-// float32 activations, each splitting them into terms as it goes, in
-// place of a split (or SiLU-mul) launch before lb_mma_gemv_bulk; tests turn
-// it off to compare the two.
-var mmaBulkRows = true
-
-// SiLUMulMatMul runs tiled weights ws (In = D) on SiLU(gate) · up, gate
-// and up [T, D] float32: by lb_mma_gemv_bulk_silu in one launch where the
-// bulk GEMV takes T, else SiLUMulTerms then MatMulTerms, the same bits.
-func (k *K) SiLUMulMatMul(gate, up Buf, T, D int, ys []Buf, ws []*Weight) error {
-	if len(ys) != len(ws) || len(ws) == 0 {
-		return fmt.Errorf("cuda: SiLUMulMatMul of %d outputs and %d weights", len(ys), len(ws))
-	}
-	for _, w := range ws {
-		if !w.Tiled || w.In != D {
-			return fmt.Errorf("cuda: SiLUMulMatMul: a %dx%d weight (tiled %v) on an input of width %d", w.Out, w.In, w.Tiled, D)
-		}
-	}
-	if T == 0 {
-		return nil
-	}
-	if mmaBulkRows {
-		if ok, err := k.gemvBulk("lb_mma_gemv_bulk_silu", T, D, ys, ws, ptrArg(gate.ptr), ptrArg(up.ptr)); ok {
-			return err
-		}
-	}
-	t, err := k.TermsFor(T, D)
-	if err != nil {
-		return err
-	}
-	if err := k.SiLUMulTerms(t, gate, up, D); err != nil {
-		return err
-	}
-	return k.MatMulTerms(t, ys, ws)
+	return true, k.gemvLaunches(ys, ws, "lb_mma_gemv_bulk", 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
+		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
 }
 
 // gemvGroups returns the token groups a block of lb_mma_gemv or

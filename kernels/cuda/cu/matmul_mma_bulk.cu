@@ -72,21 +72,12 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
-// bulk_wait waits for the k-th span of a ring of `ring` slots to land.
-struct bulk_wait {
-	u64 *bar;
-	u32 parity;
-	__device__ void operator()() const { mbar_wait(bar, parity); }
-};
-
-// mma_gemv_bulk is lb_mma_gemv_bulk's body: span(part, slot, s, n0, ng,
-// wait) multiplies span s's weight tiles in slot by ng token groups from
-// n0 and writes their sums to part (mma_gemv_span's contract), calling
-// wait() before it first reads the slot.
-template <typename Span>
-__device__ __forceinline__ void mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1,
-                                              float *y2, const uint4 *w2, int out2, int T, int in, int gpb, int ring,
-                                              Span span) {
+// lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
+// at most 128 registers a thread (each weight fragment read from its slot
+// by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                     const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -115,7 +106,8 @@ __device__ __forceinline__ void mma_gemv_bulk(float *y0, const uint4 *w0, int ou
 	__syncwarp();
 	lb_pdl_wait();
 	for (int k = 0; k < mine; k++) {
-		span(part, slots + (k % ring) * MMA_SPAN * 32, wi + k * nw, n0, ng, bulk_wait{&bar[k % ring], (u32)(k / ring) & 1});
+		mma_gemv_span<false>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
+		                     [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
 		// Every lane has its fragments of the slot in registers (the mma
 		// consumed them): the slot takes the span ring spans on.
 		__syncwarp();
@@ -123,88 +115,5 @@ __device__ __forceinline__ void mma_gemv_bulk(float *y0, const uint4 *w0, int ou
 	}
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T);
-}
-
-// mma_gemv_span_rows is mma_gemv_span for activations given as float32
-// values src(t, col) (0 past T and in) instead of mma terms: it splits each
-// lane's pairs as lb_mma_split does (mma_terms), so the products and sums
-// are the terms kernel's, bit for bit, without the split's launch and its
-// round trip through memory.
-template <typename Src, typename Wait>
-__device__ __forceinline__ void mma_gemv_span_rows(float *part, const uint4 *slot, Src src, int nc, int in, int s,
-                                                   int n0, int ng, int T, int lane, Wait wait) {
-	int g = lane >> 2, q = lane & 3, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
-	for (int n = 0; n < ng; n++) {
-		int t = 8 * (n0 + n) + g;
-		bool live = t < T;
-		// Chunk i's columns 2q, 2q + 1 (the B fragment's first word) and
-		// 2q + 8, 2q + 9 (its second).
-		float xv[MMA_SPAN][4];
-#pragma unroll
-		for (int i = 0; i < MMA_SPAN; i++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int col = 16 * (c0 + i) + 2 * q + (e & 1) + 8 * (e >> 1);
-				xv[i][e] = live && i < nch && col < in ? src(t, col) : 0.0f;
-			}
-		if (n == 0) wait();
-		float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-		for (int i = 0; i < MMA_SPAN; i++) {
-			if (i < nch) {
-				uint4 a = slot[i * 32 + lane];
-				u32 b0[3], b1[3];
-				mma_terms(xv[i][0], xv[i][1], &b0[0], &b0[1], &b0[2]);
-				mma_terms(xv[i][2], xv[i][3], &b1[0], &b1[1], &b1[2]);
-#pragma unroll
-				for (int j = 0; j < 3; j++) mma_bf16(acc, a, b0[j], b1[j]);
-			}
-		}
-#pragma unroll
-		for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];
-	}
-}
-
-#define MMA_BULK_WEIGHTS \
-	float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2, const uint4 *w2, int out2
-
-// lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
-// at most 128 registers a thread (each weight fragment read from its slot
-// by its chunk: mma_span<false>), so that two blocks of 8 warps share an
-// SM. Activations as mma terms xs.
-extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
-    lb_mma_gemv_bulk(MMA_BULK_WEIGHTS, const uint2 *xs, int T, int in, int gpb, int ring) {
-	int nc = (in + 15) / 16, lane = threadIdx.x & 31;
-	mma_gemv_bulk(y0, w0, out0, y1, w1, out1, y2, w2, out2, T, in, gpb, ring,
-	              [&](float *part, const uint4 *slot, int s, int n0, int ng, bulk_wait wait) {
-		              mma_gemv_span<false>(part, slot, xs, nc, s, n0, ng, T, lane, wait);
-	              });
-}
-
-// lb_mma_gemv_bulk_x: the same on float32 activations x [T, in] (what
-// lb_mma_split would turn into terms).
-extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
-    lb_mma_gemv_bulk_x(MMA_BULK_WEIGHTS, const float *x, int T, int in, int gpb, int ring) {
-	int nc = (in + 15) / 16, lane = threadIdx.x & 31;
-	auto src = [=](int t, int col) { return __ldg(x + (i64)t * in + col); };
-	mma_gemv_bulk(y0, w0, out0, y1, w1, out1, y2, w2, out2, T, in, gpb, ring,
-	              [&](float *part, const uint4 *slot, int s, int n0, int ng, bulk_wait wait) {
-		              mma_gemv_span_rows(part, slot, src, nc, in, s, n0, ng, T, lane, wait);
-	              });
-}
-
-// lb_mma_gemv_bulk_silu: the same on SiLU(gate) · up, gate and up [T, in]
-// float32 (lb_silu_mul_terms' values: the down projection's input).
-extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
-    lb_mma_gemv_bulk_silu(MMA_BULK_WEIGHTS, const float *gate, const float *up, int T, int in, int gpb, int ring) {
-	int nc = (in + 15) / 16, lane = threadIdx.x & 31;
-	auto src = [=](int t, int col) {
-		float g = gate[(i64)t * in + col];
-		return g / (1.0f + expf(-g)) * up[(i64)t * in + col];
-	};
-	mma_gemv_bulk(y0, w0, out0, y1, w1, out1, y2, w2, out2, T, in, gpb, ring,
-	              [&](float *part, const uint4 *slot, int s, int n0, int ng, bulk_wait wait) {
-		              mma_gemv_span_rows(part, slot, src, nc, in, s, n0, ng, T, lane, wait);
-	              });
 }
 #endif
