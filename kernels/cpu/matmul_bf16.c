@@ -19,7 +19,8 @@
 // masked load covers in mod 16), 8 for _avx2 and 8 for _generic (scalar
 // lane arrays that the compiler vectorizes). The order depends only on in,
 // so tokens give bit-identical results alone or together. While a tile
-// computes, it prefetches the next tile's rows (lb_prefetch_l2).
+// computes, it prefetches the rows of the tile LB_MM_AHEAD_BF16 on
+// (lb_prefetch_l2).
 //
 // AVX512_BF16's vdpbf16ps is not used: it would round the float32
 // activations to BF16, far outside the contract's float32 tolerance.
@@ -41,7 +42,7 @@ LB_INLINE void bf16_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, c
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0)) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
-	const uint8_t *next = m->w + 2 * (o + LB_MM_R) * in;
+	const uint8_t *next = m->w + 2 * (o + LB_MM_AHEAD_BF16 * LB_MM_R) * in;
 	float acc[LB_MM_T][LB_MM_R][8];
 	memset(acc, 0, sizeof acc);
 	int64_t i = 0;
@@ -76,7 +77,7 @@ LB_INLINE LB_AVX512 void bf16_tile_avx512(const lb_mm *m, int64_t o, int nr, int
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0)) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
-	const uint8_t *next = m->w + 2 * (o + LB_MM_R) * in;
+	const uint8_t *next = m->w + 2 * (o + LB_MM_AHEAD_BF16 * LB_MM_R) * in;
 	__m512 acc[LB_MM_T][LB_MM_R], wv[LB_MM_R];
 	for (int j = 0; j < nt; j++)
 		for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm512_setzero_ps();
@@ -114,7 +115,7 @@ LB_INLINE LB_AVX2 void bf16_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0)) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
-	const uint8_t *next = m->w + 2 * (o + LB_MM_R) * in;
+	const uint8_t *next = m->w + 2 * (o + LB_MM_AHEAD_BF16 * LB_MM_R) * in;
 	__m256 acc[LB_MM_T][LB_MM_R], wv[LB_MM_R];
 	for (int j = 0; j < nt; j++)
 		for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm256_setzero_ps();

@@ -124,7 +124,7 @@ LB_INLINE void fp8_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, co
 	const float *sp[LB_MM_R];
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0)) * in;
 	int64_t step = fp8_scales(m, o, nr, sp);
-	const uint8_t *next = m->w + (o + LB_MM_R) * in;
+	const uint8_t *next = m->w + (o + LB_MM_AHEAD_FP8 * LB_MM_R) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
 	float acc[LB_MM_T][LB_MM_R][8];
@@ -190,7 +190,7 @@ LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uin
 		const float *sp[LB_MM_R];                                                                          \
 		for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0)) * in;                      \
 		int64_t step = fp8_scales(m, o, nr, sp);                                                           \
-		const uint8_t *next = m->w + (o + LB_MM_R) * in;                                                   \
+		const uint8_t *next = m->w + (o + LB_MM_AHEAD_FP8 * LB_MM_R) * in;                                                   \
 		const float *x[LB_MM_T];                                                                           \
 		for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;                                           \
 		__m512 acc[LB_MM_T][LB_MM_R];                                                                      \
@@ -242,9 +242,10 @@ LB_INLINE LB_AVX512VBMI void fp8_span_avx512vbmi(__m512 acc[LB_MM_T][LB_MM_R], c
 	const __m512i perm = _mm512_load_si512(e4m3_bf16_perm);
 	const __m512i sign = _mm512_set1_epi8((char)0x80), high = _mm512_set1_epi32((int)0xFFFF0000u);
 	for (; i + 64 <= end; i += 64) {
-		// The next tile into L2 and these rows' codes 1 KiB ahead into L1:
-		// from huge pages, 2 threads stream 1024x3072 at 25.2 GB/s so, at
-		// 21.5-21.7 with the next tile into L1 alone (C calls of lb_matmul).
+		// A later tile (LB_MM_AHEAD_FP8 on) into L2 and these rows' codes 1
+		// KiB ahead into L1: with the next tile so, from huge pages, 2
+		// threads streamed 1024x3072 at 25.2 GB/s, at 21.5-21.7 with the
+		// next tile into L1 alone (C calls of lb_matmul).
 		for (int k = 0; k < 4; k++) lb_prefetch_l2(next + 4 * i + 64 * k);
 		for (int r = 0; r < LB_MM_R; r++) lb_prefetch(w[r] + i + 1024);
 		for (int r = 0; r < LB_MM_R; r++) {
@@ -307,7 +308,7 @@ LB_INLINE LB_AVX2 void fp8_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t 
 	const float *sp[LB_MM_R];
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0)) * in;
 	int64_t step = fp8_scales(m, o, nr, sp);
-	const uint8_t *next = m->w + (o + LB_MM_R) * in;
+	const uint8_t *next = m->w + (o + LB_MM_AHEAD_FP8 * LB_MM_R) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
 	__m256 acc[LB_MM_T][LB_MM_R];

@@ -46,8 +46,8 @@ LB_INLINE void nvfp4_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, 
 		w[r] = m->w + row * (in / 2);
 		s[r] = m->ws + row * (in / 16);
 	}
-	const uint8_t *next = m->w + (o + LB_MM_R) * (in / 2);
-	const uint8_t *next_s = (const uint8_t *)(m->ws + (o + LB_MM_R) * (in / 16));
+	const uint8_t *next = m->w + (o + LB_MM_AHEAD_NVFP4 * LB_MM_R) * (in / 2);
+	const uint8_t *next_s = (const uint8_t *)(m->ws + (o + LB_MM_AHEAD_NVFP4 * LB_MM_R) * (in / 16));
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
 	float acc[LB_MM_T][LB_MM_R][8];
@@ -176,8 +176,8 @@ LB_INLINE LB_AVX512 void nvfp4_tile_avx512(const lb_mm *m, int64_t o, int nr, in
 		w[r] = m->w + row * (in / 2);
 		s[r] = m->ws + row * (in / 16);
 	}
-	const uint8_t *next = m->w + (o + LB_MM_R) * (in / 2);
-	const uint8_t *next_s = (const uint8_t *)(m->ws + (o + LB_MM_R) * (in / 16));
+	const uint8_t *next = m->w + (o + LB_MM_AHEAD_NVFP4 * LB_MM_R) * (in / 2);
+	const uint8_t *next_s = (const uint8_t *)(m->ws + (o + LB_MM_AHEAD_NVFP4 * LB_MM_R) * (in / 16));
 	const float *x[LB_MM_T], *xt[LB_MM_T];
 	for (int j = 0; j < nt; j++) {
 		x[j] = m->x + (t + j) * in;
@@ -236,8 +236,8 @@ LB_INLINE LB_AVX2 void nvfp4_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_
 		w[r] = m->w + row * (in / 2);
 		s[r] = m->ws + row * (in / 16);
 	}
-	const uint8_t *next = m->w + (o + LB_MM_R) * (in / 2);
-	const uint8_t *next_s = (const uint8_t *)(m->ws + (o + LB_MM_R) * (in / 16));
+	const uint8_t *next = m->w + (o + LB_MM_AHEAD_NVFP4 * LB_MM_R) * (in / 2);
+	const uint8_t *next_s = (const uint8_t *)(m->ws + (o + LB_MM_AHEAD_NVFP4 * LB_MM_R) * (in / 16));
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
 	const __m256 mags = _mm256_xor_ps(_mm256_loadu_ps(e2m1_values),
