@@ -1,5 +1,5 @@
 // matmul_mma_bulk.cu: lb_mma_gemv_bulk, the tensor-core GEMV of decode
-// steps of up to 8 tokens on sm_90 (which ones: useBulk in matmul.go):
+// steps of up to 16 tokens on sm_90 (which ones: useBulk in matmul.go):
 // y[t,o] = Σ_i x[t,i]·w[o,i] on matmul_mma.cu's layouts (weights in mma
 // tiles, x in mma terms) with its numerics and reduction order, so that its
 // results are bit-identical to lb_mma_gemv's and lb_mma_gemm's.
@@ -22,7 +22,10 @@
 // 4096 × 12288 (256 blocks: two an SM) stayed at 14.1 and 40.7 (13.4,
 // 40.1). Rings of 2 and 3 spans a warp were slower at every shape (up to
 // 1.6x at 3), and so was prefetching the next spans' activations into L1;
-// hence blocks of 8 warps, for 16 warps an SM on the 4096-row shapes too.
+// hence blocks of 8 warps, for 16 warps an SM on the 4096-row shapes too:
+// 11.2, 32.1, 32.6 and 294.2 µs for the four shapes (0.70-1.00 of the copy
+// rate). Reading float32 activations and splitting them here instead of
+// after a split launch was 1.2-1.45x slower (BENCHMARKS.md).
 //
 // Grid and order, as lb_mma_gemv's: one block of nw warps a row tile m
 // (blockIdx.x, over up to three weights: mma_pick) and gpb token groups
