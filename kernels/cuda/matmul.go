@@ -49,7 +49,9 @@ const (
 	mmaWideThreads   = 128
 	mmaWideSplit     = 8
 	mmaWideStages    = 3 * 2 * (8*512 + mmaGemvGroups*768)
-	mmaWideMaxShared = 227 << 10
+	mmaWideMaxShared = maxBlockShared
+	// maxBlockShared is the most shared memory an sm_90 block may take.
+	maxBlockShared = 227 << 10
 )
 
 // mmaWideFrom is the fewest tokens lb_mma_gemv_wide takes (on sm_90 and
@@ -112,8 +114,8 @@ func bulkShape(spans, blocks, sms int) (warps, ring int) {
 	return warps, ring
 }
 
-// useBulk reports whether lb_mma_gemv_bulk runs a batch of groups token
-// groups (when lb_mma_gemv_wide does not).
+// useBulk reports whether lb_mma_gemv_bulk may run a batch of groups token
+// groups (MatMulTerms tries it before lb_mma_gemv_wide).
 func (k *K) useBulk(groups int) bool {
 	return k.d.Major >= 9 && groups <= mmaBulkGroups
 }
@@ -263,6 +265,9 @@ func (k *K) AddRMSNormTerms(x, h Buf, t Terms, w Buf, D int, eps float32, zeroCe
 	zc := 0
 	if zeroCentered {
 		zc = 1
+	}
+	if 8*D > maxBlockShared {
+		return fmt.Errorf("cuda: AddRMSNormTerms of width %d: its row and gains (8 bytes a column) exceed a block's shared memory", D)
 	}
 	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 8*D,
 		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg((D+15)/16))
