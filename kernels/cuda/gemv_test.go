@@ -15,13 +15,14 @@ import (
 	"github.com/lowbit-ai/lowbit/kernels"
 )
 
-// TestGemvKernels: lb_mma_gemv_wide and the lb_mma_gemv_bulk variants (each
-// forced for every T) give lb_mma_gemv's bits and write exactly its elements (the rest
-// of y stays poisoned), for every T the GEMVs take, one to three weights a
+// TestGemvKernels: lb_mma_gemv_wide and lb_mma_gemv_bulk (each forced for
+// every T; the bulk kernel in blocks of 8, 5 and 4 warps, rings of 1 and 2)
+// give lb_mma_gemv's bits and write exactly its elements (the rest of y
+// stays poisoned), for every T the GEMVs take, one to three weights a
 // launch, inputs of 1 to 48 spans (split unevenly over the wide kernel's
 // cluster of 8 blocks, some with none, and over the bulk kernel's warps)
-// and rows off the 128-row blocks. The conformance suite checks lb_mma_gemv
-// and lb_mma_gemm against kernels/ref and against each other (batch
+// and rows off the 128-row blocks. The conformance suite checks the
+// default kernels against kernels/ref and against each other (batch
 // invariance across T = 1, 9, 32, 33).
 func TestGemvKernels(t *testing.T) {
 	d := openOrSkip(t)
