@@ -48,6 +48,9 @@ type CUDAExecutor struct {
 	// them, its first rows (cuda_prefill.go).
 	prefillBF16 bool
 	prompt      int
+	// decodeBF16 (WithBF16Activations): every row takes BF16 activations,
+	// generated ones on the tensor-core GEMVs' one-term path.
+	decodeBF16 bool
 }
 
 type cudaLayer struct {
@@ -412,7 +415,11 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows 
 	if err := e.reserve(T, max(rows, 1), len(tables)); err != nil {
 		return err
 	}
-	plan := cuda.PlanAttentionBF16(seq, pos, d.heads, &e.layers[0].kv, stride*e.blockSize, e.prompt)
+	bf16 := e.prompt
+	if e.decodeBF16 {
+		bf16 = T
+	}
+	plan := cuda.PlanAttentionBF16(seq, pos, d.heads, &e.layers[0].kv, stride*e.blockSize, bf16)
 	if err := e.d.ReserveAttention(plan.Parts, d.heads, d.headDim); err != nil {
 		return err
 	}

@@ -36,7 +36,7 @@ func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride int, plan cuda.AttentionP
 	if err := k.RMSNorm(hr, hr, e.norm, rows, d.hidden, d.eps, false); err != nil {
 		return err
 	}
-	return k.MatMul(a.logits.F32(0, rows*d.vocab), hr, rows, e.lmHead)
+	return e.matmulShared(k, hr, rows, []cuda.Buf{a.logits.F32(0, rows*d.vocab)}, []*cuda.Weight{e.lmHead})
 }
 
 // layersFloat runs the decoder layers with float32 matmul inputs (any
@@ -119,7 +119,7 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		return err
 	}
 	terms := func(width int, produce func(cuda.Terms) error) (cuda.Terms, error) {
-		t, err := k.TermsFor(T, width)
+		t, err := e.termsFor(k, T, width)
 		if err == nil {
 			err = produce(t)
 		}

@@ -18,6 +18,9 @@ type CUDAOption func(*CUDAExecutor)
 // WithPrefillBF16 is the cgo build's option; it does nothing here.
 func WithPrefillBF16() CUDAOption { return func(*CUDAExecutor) {} }
 
+// WithBF16Activations is the cgo build's option; it does nothing here.
+func WithBF16Activations() CUDAOption { return func(*CUDAExecutor) {} }
+
 // NewCUDAExecutor returns kernels.ErrNoCgo.
 func NewCUDAExecutor(*Model, *cuda.Device, int, int, kernels.KVDType, ...CUDAOption) (*CUDAExecutor, error) {
 	return nil, kernels.ErrNoCgo

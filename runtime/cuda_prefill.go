@@ -22,6 +22,37 @@ type CUDAOption func(*CUDAExecutor)
 // keep float32 activations.
 func WithPrefillBF16() CUDAOption { return func(e *CUDAExecutor) { e.prefillBF16 = true } }
 
+// WithBF16Activations is WithPrefillBF16 for every row: generated rows
+// (decode steps, and the rows beside a prompt chunk) take their linear
+// layers' inputs rounded to the nearest BF16 (one mma term instead of
+// three: cuda.TermsBF16For, lb_mma_gemv_bulk1) and their attention BF16 q
+// and P, as vLLM and transformers decode a BF16 model. The lm_head takes
+// BF16 inputs too. The residual stream and every sum stay float32. A row's
+// numerics still depend on its kind (prompt rows run cuBLASLt, generated
+// rows the tensor-core GEMVs) and nothing else, so results stay batch
+// invariant. It is for speed: a decode step of 32 tokens reads a third of
+// the activation terms and issues a third of the mma.
+func WithBF16Activations() CUDAOption {
+	return func(e *CUDAExecutor) { e.prefillBF16, e.decodeBF16 = true, true }
+}
+
+// matmulShared is k.MatMulShared, on BF16 activations under
+// WithBF16Activations.
+func (e *CUDAExecutor) matmulShared(k *cuda.K, x cuda.Buf, T int, ys []cuda.Buf, ws []*cuda.Weight) error {
+	if e.decodeBF16 {
+		return k.MatMulSharedBF16(x, T, ys, ws)
+	}
+	return k.MatMulShared(x, T, ys, ws)
+}
+
+// termsFor is k.TermsFor, or k.TermsBF16For under WithBF16Activations.
+func (e *CUDAExecutor) termsFor(k *cuda.K, T, in int) (cuda.Terms, error) {
+	if e.decodeBF16 {
+		return k.TermsBF16For(T, in)
+	}
+	return k.TermsFor(T, in)
+}
+
 // bf16Rows is how many of the step's first rows run through the weights ws
 // on BF16 activations: e.prompt when every weight has a row-major copy for
 // cuBLASLt, else none.
@@ -40,7 +71,7 @@ func (e *CUDAExecutor) bf16Rows(ws ...*cuda.Weight) int {
 func (e *CUDAExecutor) matmul(k *cuda.K, x cuda.Buf, T int, ys []cuda.Buf, ws ...*cuda.Weight) error {
 	p := e.bf16Rows(ws...)
 	if p == 0 {
-		return k.MatMulShared(x, T, ys, ws)
+		return e.matmulShared(k, x, T, ys, ws)
 	}
 	xb, err := k.LtInputOf(x, p*ws[0].In)
 	if err != nil {
@@ -68,7 +99,7 @@ func (e *CUDAExecutor) matmulBF16(k *cuda.K, xb, x cuda.Buf, p, T int, ys []cuda
 	if T == p {
 		return nil
 	}
-	return k.MatMulShared(x.F32(p*in, T*in), T-p, rest, ws)
+	return e.matmulShared(k, x.F32(p*in, T*in), T-p, rest, ws)
 }
 
 // normBF16 is AddRMSNorm of x += h into n whose first bf16Rows(ws) rows go

@@ -92,3 +92,69 @@ func TestCUDAPrefillBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestCUDABF16Activations: WithBF16Activations, every row on BF16
+// activations. A sequence's logits have the same bits alone (its prompt
+// and generated rows in one step: the generated rows split to one term
+// beside cuBLASLt's prompt rows) and batched with others in steps of one
+// or a few generated tokens (the decode steps' producers writing one term,
+// lb_mma_gemv_bulk1); and with every row a generated one the logits match
+// the CPU's forward with BF16 activations before every matmul, the lm_head
+// included, within TestCUDAPrefillBF16's 1e-3 of the largest logit, for the
+// same reason.
+func TestCUDABF16Activations(t *testing.T) {
+	d := cudaDevice(t)
+	ops, err := cpu.New()
+	if err != nil {
+		t.Skip(err)
+	}
+	defer ops.Close()
+	dir := tinyModel(t, checkpoint.Qwen3)
+	m := loadModel(t, dir, ops)
+	V := m.VocabSize()
+	refModel := loadModel(t, dir, kerneltest.BF16Activations(ops, func(*kernels.Weight) bool { return true }))
+	rng := rand.New(rand.NewPCG(5, 6))
+	seqs := make([][]int, 3)
+	for i, n := range []int{12, 7, 20} {
+		for range n {
+			seqs[i] = append(seqs[i], rng.IntN(151000))
+		}
+	}
+	prompts := []int{9, 7, 14}
+	fast, err := NewCUDAExecutor(m, d, 32, 4, kernels.KVBF16, WithBF16Activations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	together := stepsCase(t, fast, seqs, prompts, [][]int{{5, 7, 3}, {9, 7, 14}, {10, 7, 15}, {11, 7, 16}, {12, 7, 20}}, V)
+	for i, s := range seqs {
+		alone := stepsCase(t, fast, seqs[i:i+1], prompts[i:i+1], [][]int{{len(s)}}, V)[0]
+		if !sameBits(alone, together[i]) {
+			t.Errorf("sequence %d: BF16-activation logits alone differ from batched (max |Δ| %.3g)", i, maxDiff(alone, together[i]))
+		}
+	}
+	none := []int{0, 0, 0}
+	steps := [][]int{{3, 2, 8}, {4, 3, 9}, {12, 7, 20}}
+	gpu := stepsCase(t, fast, seqs, none, steps, V)
+	refPool, err := refModel.NewKVPool(32, 4, kernels.KVBF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := m.NewKVPool(32, 4, kernels.KVBF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, f32 := stepsCase(t, refPool, seqs, none, steps, V), stepsCase(t, pool, seqs, none, steps, V)
+	for i := range seqs {
+		var scale float64
+		for _, x := range ref[i] {
+			scale = max(scale, math.Abs(float64(x)))
+		}
+		diff := maxDiff(ref[i], gpu[i])
+		t.Logf("sequence %d: max |Δ logit| GPU BF16 activations vs the CPU with BF16 activations %.3g, vs the CPU's float32 forward %.3g (logits up to %.3g)",
+			i, diff, maxDiff(f32[i], gpu[i]), scale)
+		if diff > 1e-3*max(scale, 1) {
+			t.Errorf("sequence %d: BF16-activation logits differ from the same numerics on the CPU by %.3g, want <= %.3g", i, diff, 1e-3*max(scale, 1))
+		}
+	}
+}

@@ -40,7 +40,7 @@ func BenchmarkCUDAServeSteps(b *testing.B) {
 		chunk = n
 	}
 	perSeq := (prompt + 256) / bs
-	gpu, err := NewCUDAExecutor(m, d, seqs*perSeq, bs, kernels.KVBF16, WithPrefillBF16())
+	gpu, err := NewCUDAExecutor(m, d, seqs*perSeq, bs, kernels.KVBF16, benchActivations(b))
 	if err != nil {
 		b.Fatal(err)
 	}

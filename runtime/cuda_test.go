@@ -119,6 +119,16 @@ func TestCUDAExecutor(t *testing.T) {
 	}
 }
 
+// benchActivations is the CUDA benchmarks' executor option:
+// WithPrefillBF16, or WithBF16Activations with LOWBIT_ACTIVATIONS=bf16.
+func benchActivations(b *testing.B) CUDAOption {
+	if os.Getenv("LOWBIT_ACTIVATIONS") == "bf16" {
+		b.Log("every row on BF16 activations (WithBF16Activations)")
+		return WithBF16Activations()
+	}
+	return WithPrefillBF16()
+}
+
 // BenchmarkCUDADecode: batch-1 decode of the Qwen3-0.6B shape (BF16) on
 // the device-resident forward, beside the roofline: the bytes one step
 // reads (weights and KV cache) over the copy bandwidth measured in the
@@ -130,7 +140,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 	const bs, prompt, long = 16, 256, 1024
 	// WithPrefillBF16 only changes rows marked as prompt rows: the decode
 	// steps and the float32 TTFT below mark none.
-	gpu, err := NewCUDAExecutor(m, d, long/bs, bs, kernels.KVBF16, WithPrefillBF16())
+	gpu, err := NewCUDAExecutor(m, d, long/bs, bs, kernels.KVBF16, benchActivations(b))
 	if err != nil {
 		b.Fatal(err)
 	}

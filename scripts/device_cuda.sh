@@ -143,12 +143,16 @@ echo "== LowBArena workloads on the Qwen3-8B shape, scaled (interactive: 8 of 32
 # linear layers on BF16 activations through cuBLASLt (--prefill-activations bf16).
 # SERVE_BATCHED lists --max-num-batched-tokens values to run each with (0,
 # the default: lowbit serve's own).
+# PREFILL_ACTS "all" runs every row on BF16 activations (--prefill-activations
+# bf16 --decode-activations bf16).
 for act in ${PREFILL_ACTS:-float32 bf16}; do
 for bt in ${SERVE_BATCHED:-0}; do
 flags=() tag=$act
 [ "$bt" = 0 ] || flags=(--max-num-batched-tokens "$bt") tag=$act-b$bt
 echo "-- prefill activations $act, max-num-batched-tokens ${flags[1]:-default}" | tee -a "$work"
-serve q8 /tmp/lowbit-bench-qwen3-8b/bf16 8013 --max-model-len 16448 --prefill-activations $act "${flags[@]}"
+acts=(--prefill-activations "$act")
+[ "$act" = all ] && acts=(--prefill-activations bf16 --decode-activations bf16)
+serve q8 /tmp/lowbit-bench-qwen3-8b/bf16 8013 --max-model-len 16448 "${acts[@]}" "${flags[@]}"
 # Another step size changes only the batched workloads: interactive once.
 [ "$bt" = 0 ] && workload interactive-$tag 8013 --workload random --random-input-len 1024 --random-output-len 256 --num-prompts 8 --max-concurrency 1
 workload serve-$tag 8013 --workload random --random-input-len 8192 --random-output-len 128 --num-prompts 32 --max-concurrency 32

@@ -62,6 +62,7 @@ SIGINT or SIGTERM stops accepting requests and drains those in flight.`,
 	f.BoolVar(&noPrefix, "no-enable-prefix-caching", false, "turn prefix caching off")
 	f.StringVar(&c.Device, "device", "auto", "auto (a GPU when one is usable, else the CPU), cpu or cuda")
 	f.StringVar(&c.PrefillActivations, "prefill-activations", "float32", "float32 (every row with the CPU's numerics) or bf16 (GPU: prompt tokens on BF16 activations, cuBLASLt GEMMs and BF16 attention, as vLLM computes; faster prefill, a second copy of the BF16 weights)")
+	f.StringVar(&c.DecodeActivations, "decode-activations", "float32", "float32 (generated tokens with the CPU's numerics) or bf16 (GPU, with --prefill-activations bf16: generated tokens' linear layers and attention on BF16 activations too, as vLLM decodes; faster decode steps)")
 	f.IntVar(&c.Threads, "threads", 0, "CPU threads (default: all)")
 	f.BoolVar(&c.NoMmap, "no-mmap", false, noMmapHelp+"; CPU device only")
 	var seed int64

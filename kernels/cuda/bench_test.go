@@ -134,6 +134,10 @@ func BenchmarkKernels(b *testing.B) {
 				timeGraph(b, func(k *K) error { return k.MatMulShared(x, 1, ys, dws) }, float64(bytes))
 			})
 		}
+		// BF16 activations (one term: lb_mma_gemv_bulk1, its split included).
+		b.Run(fmt.Sprintf("gemv-bf16/lb_mma_gemv_bulk1/%s", shape), func(b *testing.B) {
+			timeGraph(b, func(k *K) error { return k.MatMulSharedBF16(x, 1, ys, dws) }, float64(bytes))
+		})
 		for i := range dws {
 			d.Free(dws[i].Data)
 			d.Free(ys[i])
@@ -166,6 +170,11 @@ func BenchmarkKernels(b *testing.B) {
 					timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, float64(len(w.Data)))
 				})
 			}
+			b.Run(fmt.Sprintf("gemv-bf16/lb_mma_gemv_bulk1/T=%d/%dx%d", T, sh.out, sh.in), func(b *testing.B) {
+				timeGraph(b, func(k *K) error {
+					return k.MatMulSharedBF16(x, T, []Buf{y}, []*Weight{dw})
+				}, float64(len(w.Data)))
+			})
 		}
 		d.Free(dw.Data)
 		d.Free(x)
@@ -277,6 +286,10 @@ func BenchmarkKernels(b *testing.B) {
 		}
 	}
 	flashDecode = true
+	// Decode with BF16 q and P (the _q1 decode kernels: WithBF16Activations).
+	for _, c := range []struct{ seqs, ctx int }{{1, 8192}, {32, 8192}} {
+		b.Run(fmt.Sprintf("attention-decode-bf16/seqs=%d/ctx=%d", c.seqs, c.ctx), func(b *testing.B) { attention(b, c.seqs, 1, c.ctx, c.seqs) })
+	}
 	// Prefill: q and P in three BF16 terms, and as one (the BF16 prefill).
 	for _, c := range []struct {
 		name string

@@ -80,6 +80,12 @@ var mmaWideFrom = 9
 // and benchmarks set it (0: never; mmaGemvTokens/8: every T).
 var mmaBulkGroups = 2
 
+// mmaBulk1Groups is the most token groups of 8 lb_mma_gemv_bulk1 takes on
+// BF16 activations (Terms of one term): all four of mmaGemvTokens, since
+// reading hi alone is 2 bytes of L2 a weight byte at four groups. Tests
+// set it (0: never, so that the three-term kernels run those terms).
+var mmaBulk1Groups = mmaGemvTokens / 8
+
 // lb_mma_gemv_bulk's block (warps, up to mmaBulkWarpsMax = MMA_BULK_WARPS
 // in matmul_mma_bulk.cu, and no more than the input's spans) and ring
 // (spans in flight a warp, up to mmaBulkRingMax = MMA_BULK_RING_MAX): one
@@ -203,6 +209,17 @@ func (k *K) matmulMMA(y, x Buf, T int, w *Weight) error {
 // layer's q, k and v, or gate and up) with one split of x into mma terms
 // when the weights are tiled.
 func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
+	return k.matMulShared(x, T, ys, ws, 3)
+}
+
+// MatMulSharedBF16 is MatMulShared with x taken as BF16 by the tiled
+// weights (TermsBF16For: each value rounded to the nearest BF16); other
+// weights take it as float32.
+func (k *K) MatMulSharedBF16(x Buf, T int, ys []Buf, ws []*Weight) error {
+	return k.matMulShared(x, T, ys, ws, 1)
+}
+
+func (k *K) matMulShared(x Buf, T int, ys []Buf, ws []*Weight, nt int) error {
 	if len(ys) != len(ws) {
 		return fmt.Errorf("cuda: MatMulShared of %d outputs and %d weights", len(ys), len(ws))
 	}
@@ -216,10 +233,10 @@ func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 				return err
 			}
 			ws, ys = append(ws[:i:i], ws[i+1:]...), append(ys[:i:i], ys[i+1:]...)
-			return k.MatMulShared(x, T, ys, ws)
+			return k.matMulShared(x, T, ys, ws, nt)
 		}
 	}
-	t, err := k.TermsFor(T, in)
+	t, err := k.termsFor(T, in, nt)
 	if err != nil {
 		return err
 	}
@@ -232,28 +249,42 @@ func (k *K) MatMulShared(x Buf, T int, ys []Buf, ws []*Weight) error {
 // Terms is an activation matrix [T, In] held as mma terms (matmul_mma.cu),
 // the tensor-core kernels' input, padded to the token groups its kernel
 // reads. Every Terms of a device shares one buffer: a Terms is valid until
-// the next TermsFor.
+// the next TermsFor or TermsBF16For. nt is how many terms its producers
+// write: 3 (float32 activations) or 1 (BF16 activations: the round to
+// nearest BF16 of each value, its mid and lo terms zeros).
 type Terms struct {
-	buf           Buf
-	T, In, groups int
+	buf               Buf
+	T, In, groups, nt int
 }
 
-// TermsFor returns the terms buffer for a [T, in] input.
+// TermsFor returns the terms buffer for a [T, in] float32 input.
 func (k *K) TermsFor(T, in int) (Terms, error) {
+	return k.termsFor(T, in, 3)
+}
+
+// TermsBF16For returns the terms buffer for a [T, in] input that the
+// matmuls take as BF16: its producers round each value to the nearest BF16
+// (as torch's .to(torch.bfloat16)), and lb_mma_gemv_bulk1 reads that one
+// term. Every kernel gives the same bits on it.
+func (k *K) TermsBF16For(T, in int) (Terms, error) {
+	return k.termsFor(T, in, 1)
+}
+
+func (k *K) termsFor(T, in, nt int) (Terms, error) {
 	groups := (T + 7) / 8
 	if T > mmaGemvTokens {
 		groups = (T + mmaTokPad - 1) / mmaTokPad * mmaTokPad / 8
 	}
 	nc := (in + 15) / 16
 	b, err := k.d.persistent("mma_terms", groups*nc*3*32*8)
-	return Terms{b, T, in, groups}, err
+	return Terms{b, T, in, groups, nt}, err
 }
 
-// Split writes x [T, In] float32 into t (lb_mma_split).
+// Split writes x [T, In] float32 into t (lb_mma_split), as t's terms.
 func (k *K) Split(t Terms, x Buf) error {
 	nc := (t.In + 15) / 16
 	return k.d.launch("lb_mma_split", grid1(t.groups*nc*32, 256), [3]int{256, 1, 1}, 0,
-		ptrArg(t.buf.ptr), ptrArg(x.ptr), intArg(t.T), intArg(t.In), intArg(t.groups))
+		ptrArg(t.buf.ptr), ptrArg(x.ptr), intArg(t.T), intArg(t.In), intArg(t.groups), intArg(t.nt))
 }
 
 // AddRMSNormTerms is AddRMSNorm writing its output into t (t.In = D)
@@ -270,7 +301,7 @@ func (k *K) AddRMSNormTerms(x, h Buf, t Terms, w Buf, D int, eps float32, zeroCe
 		return fmt.Errorf("cuda: AddRMSNormTerms of width %d: its row and gains (8 bytes a column) exceed a block's shared memory", D)
 	}
 	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 8*D,
-		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg((D+15)/16))
+		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg((D+15)/16), intArg(t.nt))
 }
 
 // SiLUMulTerms is SiLUMul over [T, D] writing into t (t.In = D).
@@ -280,14 +311,15 @@ func (k *K) SiLUMulTerms(t Terms, gate, up Buf, D int) error {
 	}
 	nc := (D + 15) / 16
 	return k.d.launch("lb_silu_mul_terms", grid1(t.T*nc*8, 256), [3]int{256, 1, 1}, 0,
-		ptrArg(t.buf.ptr), ptrArg(gate.ptr), ptrArg(up.ptr), intArg(t.T), intArg(D), intArg(nc))
+		ptrArg(t.buf.ptr), ptrArg(gate.ptr), ptrArg(up.ptr), intArg(t.T), intArg(D), intArg(nc), intArg(t.nt))
 }
 
 // MatMulTerms runs tiled weights ws (In = t.In) on the input t, up to
 // mmaGemvTokens tokens by a GEMV (up to three weights a launch): on sm_90
-// lb_mma_gemv_bulk up to 8·mmaBulkGroups tokens, then lb_mma_gemv_wide
-// from mmaWideFrom; else lb_mma_gemv; more tokens by lb_mma_gemm. Every
-// kernel gives the same bits.
+// lb_mma_gemv_bulk up to 8·mmaBulkGroups tokens (lb_mma_gemv_bulk1 up to
+// 8·mmaBulk1Groups on BF16 terms), then lb_mma_gemv_wide from mmaWideFrom;
+// else lb_mma_gemv; more tokens by lb_mma_gemm. Every kernel gives the
+// same bits.
 func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	d := k.d
 	if len(ys) != len(ws) {
@@ -314,7 +346,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
-	if ok, err := k.gemvBulk(t.buf, T, in, ys, ws); ok {
+	if ok, err := k.gemvBulk(t, ys, ws); ok {
 		return err
 	}
 	if k.useWide(T, spans) {
@@ -333,12 +365,20 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		ptrArg(t.buf.ptr), intArg(T), intArg(in), intArg(gpb))
 }
 
-// gemvBulk launches lb_mma_gemv_bulk for T tokens of terms xs on input
-// width in over the tiled weights ws, and reports whether it could: on
-// sm_90, up to 8·mmaBulkGroups tokens, with room in shared memory.
-func (k *K) gemvBulk(xs Buf, T, in int, ys []Buf, ws []*Weight) (bool, error) {
+// gemvBulk launches lb_mma_gemv_bulk (or, on BF16 terms,
+// lb_mma_gemv_bulk1) for the terms t over the tiled weights ws, and
+// reports whether it could: on sm_90, up to 8·mmaBulkGroups tokens (BF16:
+// 8·mmaBulk1Groups), with room in shared memory.
+func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight) (bool, error) {
+	xs, T, in := t.buf, t.T, t.In
 	groups := (T + 7) / 8
-	if !k.useBulk(groups) {
+	name := "lb_mma_gemv_bulk"
+	if t.nt == 1 {
+		name = "lb_mma_gemv_bulk1"
+		if k.d.Major < 9 || groups > mmaBulk1Groups {
+			return false, nil
+		}
+	} else if !k.useBulk(groups) {
 		return false, nil
 	}
 	spans := ((in+15)/16 + mmaSpan - 1) / mmaSpan
@@ -355,7 +395,7 @@ func (k *K) gemvBulk(xs Buf, T, in int, ys []Buf, ws []*Weight) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	return true, k.gemvLaunches(ys, ws, "lb_mma_gemv_bulk", 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
+	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
 		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
 }
 

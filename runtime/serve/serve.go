@@ -51,6 +51,10 @@ type Config struct {
 	// float32-activation numerics the CPU shares) or "bf16" (on a GPU,
 	// prompt rows on BF16 activations: runtime.WithPrefillBF16).
 	PrefillActivations string
+	// DecodeActivations is "float32" (the default) or "bf16" (on a GPU,
+	// with PrefillActivations bf16: generated rows on BF16 activations
+	// too, runtime.WithBF16Activations).
+	DecodeActivations string
 	Threads            int  // CPU threads; 0 is all
 	NoMmap             bool // runtime.LoadOptions.NoMmap on the CPU; ignored on a GPU, which holds its own copy
 	Version            string
@@ -234,6 +238,17 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 	default:
 		return e, fmt.Errorf("serve: --prefill-activations %q: want float32 or bf16", c.PrefillActivations)
 	}
+	var bf16Decode bool
+	switch c.DecodeActivations {
+	case "", "float32":
+	case "bf16":
+		if !bf16Prefill {
+			return e, fmt.Errorf("serve: --decode-activations bf16 needs --prefill-activations bf16 (and a GPU)")
+		}
+		bf16Decode = true
+	default:
+		return e, fmt.Errorf("serve: --decode-activations %q: want float32 or bf16", c.DecodeActivations)
+	}
 	if e.MaxModelLen == 0 {
 		e.MaxModelLen = m.MaxPositions()
 	}
@@ -308,7 +323,10 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 		top := os.Getenv("LOWBIT_TOP_ON_DEVICE") != "0"
 		e.NewExecutor = func(blocks, bs int, dt kernels.KVDType) (runtime.Executor, error) {
 			var opts []runtime.CUDAOption
-			if bf16Prefill {
+			switch {
+			case bf16Decode:
+				opts = append(opts, runtime.WithBF16Activations())
+			case bf16Prefill:
 				opts = append(opts, runtime.WithPrefillBF16())
 			}
 			x, err := runtime.NewCUDAExecutor(m, dev, blocks, bs, dt, opts...)

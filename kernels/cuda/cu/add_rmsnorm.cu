@@ -63,10 +63,11 @@ extern "C" __global__ void lb_add_rmsnorm_bf16(float *x, const float *h, float *
 // lb_add_rmsnorm_terms: lb_add_rmsnorm (without the add when h is null)
 // writing y as mma terms (matmul_mma.cu) for a matrix of nc column chunks
 // instead of float32: the same values, split as lb_mma_split would; the
-// columns past D are zeros. Dynamic shared memory: the new row x and the
-// gains, 2·D floats.
+// columns past D are zeros; terms 1 writes BF16 activations (hi alone:
+// mma_terms_n). Dynamic shared memory: the new row x and the gains, 2·D
+// floats.
 extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *xs, const float *w, int D, float eps,
-                                                int zero_centered, int nc) {
+                                                int zero_centered, int nc, int terms) {
 	lb_pdl_wait();
 	extern __shared__ float row[];
 	__shared__ float sh[32];
@@ -115,6 +116,6 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 			}
 #pragma unroll
 		for (int u = 0; u < PN; u++)
-			if (p0 + u * nt < nc * 8) mma_put_terms(xs, nc, blockIdx.x, 2 * (p0 + u * nt), v[u][0], v[u][1]);
+			if (p0 + u * nt < nc * 8) mma_put_terms(xs, nc, blockIdx.x, 2 * (p0 + u * nt), v[u][0], v[u][1], terms);
 	}
 }

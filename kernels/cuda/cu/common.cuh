@@ -130,13 +130,28 @@ __device__ __forceinline__ void mma_terms(float a, float b, u32 *t0, u32 *t1, u3
 	}
 }
 
-// mma_put_terms stores the terms of x[t, col] and x[t, col+1] (col even)
-// where lb_mma_split puts them, for a matrix of nc column chunks: the
-// producers of matmul inputs (add_rmsnorm.cu, silu_mul.cu) write mma terms
-// directly. Columns past the matrix's width must come as zeros.
-__device__ __forceinline__ void mma_put_terms(u32 *xs, int nc, int t, int col, float v0, float v1) {
+// mma_terms_n is mma_terms for nt = 3, and for nt = 1 the BF16 activations
+// of the runtime's BF16 decode (matmul_mma.cu): hi alone, the round to
+// nearest BF16 of the value, with mid and lo zeros. A kernel reading three
+// terms then adds exact zeros to its sums, so it gives the bits of a kernel
+// that reads hi alone (lb_mma_gemv_bulk1).
+__device__ __forceinline__ void mma_terms_n(float a, float b, u32 *t0, u32 *t1, u32 *t2, int nt) {
+	if (nt == 1) {
+		asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(*t0) : "f"(b), "f"(a));
+		*t1 = *t2 = 0u;
+	} else {
+		mma_terms(a, b, t0, t1, t2);
+	}
+}
+
+// mma_put_terms stores the terms (nt: 3, or 1 for BF16 activations,
+// mma_terms_n) of x[t, col] and x[t, col+1] (col even) where lb_mma_split
+// puts them, for a matrix of nc column chunks: the producers of matmul
+// inputs (add_rmsnorm.cu, silu_mul.cu) write mma terms directly. Columns
+// past the matrix's width must come as zeros.
+__device__ __forceinline__ void mma_put_terms(u32 *xs, int nc, int t, int col, float v0, float v1, int nt) {
 	u32 tm[3];
-	mma_terms(v0, v1, &tm[0], &tm[1], &tm[2]);
+	mma_terms_n(v0, v1, &tm[0], &tm[1], &tm[2], nt);
 	int c = col >> 4, in16 = col & 15, lane = (t & 7) * 4 + ((in16 & 7) >> 1);
 	i64 base = (((i64)(t >> 3) * nc + c) * 3) * 32 + lane;
 #pragma unroll

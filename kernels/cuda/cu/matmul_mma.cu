@@ -72,8 +72,9 @@ extern "C" __global__ void lb_mma_tile(uint4 *dst, const u16 *w, int out, int in
 }
 
 // lb_mma_split writes x [T, in] as mma terms for groups token groups of 8
-// (zeros past T): one thread a (group, chunk, lane).
-extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in, int groups) {
+// (zeros past T), nt terms (3, or 1 for BF16 activations: mma_terms_n):
+// one thread a (group, chunk, lane).
+extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in, int groups, int nt) {
 	lb_pdl_wait();
 	int nc = (in + 15) / 16;
 	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -83,8 +84,8 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 	int c = (int)(rest % nc), n = (int)(rest / nc), g = lane >> 2, q = lane & 3;
 	int t = 8 * n + g, col = 16 * c + 2 * q;
 	u32 b0[3], b1[3]; // columns 2q, 2q+1 and 2q+8, 2q+9 of each term
-	mma_terms(mma_load_x(x, T, in, t, col), mma_load_x(x, T, in, t, col + 1), &b0[0], &b0[1], &b0[2]);
-	mma_terms(mma_load_x(x, T, in, t, col + 8), mma_load_x(x, T, in, t, col + 9), &b1[0], &b1[1], &b1[2]);
+	mma_terms_n(mma_load_x(x, T, in, t, col), mma_load_x(x, T, in, t, col + 1), &b0[0], &b0[1], &b0[2], nt);
+	mma_terms_n(mma_load_x(x, T, in, t, col + 8), mma_load_x(x, T, in, t, col + 9), &b1[0], &b1[1], &b1[2], nt);
 	uint2 *p = xs + ((rest * 3) << 5) + lane; // (group, chunk) then term then lane
 #pragma unroll
 	for (int j = 0; j < 3; j++) {
@@ -101,8 +102,9 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 // slot (each lane its own 16 bytes a tile); b(i, j) gives chunk i's term j
 // as a B fragment. HOLD reads all the fragments before the chain of mma,
 // so that it waits on no load (64 registers); else each is read by its
-// chunk, for kernels that trade that latency for occupancy.
-template <bool HOLD = true, typename BFrag>
+// chunk, for kernels that trade that latency for occupancy. TERMS 1 takes
+// hi alone (BF16 activations, whose mid and lo are zeros: the same sums).
+template <bool HOLD = true, int TERMS = 3, typename BFrag>
 __device__ __forceinline__ void mma_span(float *acc, const uint4 *slot, int nch, int lane, BFrag b) {
 	uint4 a[HOLD ? MMA_SPAN : 1];
 	if (HOLD) {
@@ -116,7 +118,7 @@ __device__ __forceinline__ void mma_span(float *acc, const uint4 *slot, int nch,
 		if (i < nch) {
 			if (!HOLD) a[0] = slot[i * 32 + lane];
 #pragma unroll
-			for (int j = 0; j < 3; j++) {
+			for (int j = 0; j < TERMS; j++) {
 				uint2 v = b(i, j);
 				mma_bf16(acc, a[HOLD ? i : 0], v.x, v.y);
 			}
@@ -146,8 +148,9 @@ __device__ __forceinline__ void mma_pick(int *m, int rows, float **y, const uint
 // [ng][16 rows][8 tokens]. A token group at a time: its 48 activation
 // loads of the span issued at once (one latency, not one a chunk; the
 // first group's before wait(), which returns once the slot's tiles have
-// landed), then the span's 48 mma.
-template <bool HOLD = true, typename Wait>
+// landed), then the span's 48 mma; TERMS 1 loads and multiplies hi alone
+// (16 of each).
+template <bool HOLD = true, int TERMS = 3, typename Wait>
 __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, const uint2 *xs, int nc, int s, int n0,
                                               int ng, int T, int lane, Wait wait) {
 	int g = lane >> 2, q = lane & 3, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
@@ -160,18 +163,18 @@ __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, co
 		// of the copy rate against 0.59 loading every lane, 4096², on
 		// the H200).
 		bool live = 8 * (n0 + n) + g < T;
-		uint2 b[MMA_SPAN][3];
+		uint2 b[MMA_SPAN][TERMS];
 #pragma unroll
 		for (int i = 0; i < MMA_SPAN; i++)
 			if (i < nch)
 #pragma unroll
-				for (int j = 0; j < 3; j++) {
+				for (int j = 0; j < TERMS; j++) {
 					b[i][j].x = b[i][j].y = 0u;
 					if (live) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
 				}
 		if (n == 0) wait();
 		float acc[4];
-		mma_span<HOLD>(acc, slot, nch, lane, [&](int i, int j) { return b[i][j]; });
+		mma_span<HOLD, TERMS>(acc, slot, nch, lane, [&](int i, int j) { return b[i][j]; });
 		// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
 #pragma unroll
 		for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];

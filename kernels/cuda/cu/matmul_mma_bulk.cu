@@ -75,14 +75,14 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
-// lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
-// at most 128 registers a thread (each weight fragment read from its slot
-// by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
-extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
-    lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
-                     const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring) {
-	extern __shared__ uint4 smem[];
-	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+// mma_gemv_bulk is lb_mma_gemv_bulk's body on TERMS terms of the
+// activations (3, or 1: hi alone, lb_mma_gemv_bulk1), with the block's
+// dynamic shared memory smem and its mbarriers bars.
+template <int TERMS>
+__device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
+                                              int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                                              const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
+                                              int ring) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
@@ -109,8 +109,8 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 	__syncwarp();
 	lb_pdl_wait();
 	for (int k = 0; k < mine; k++) {
-		mma_gemv_span<false>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
-		                     [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
+		mma_gemv_span<false, TERMS>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
+		                            [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
 		// Every lane has its fragments of the slot in registers (the mma
 		// consumed them): the slot takes the span ring spans on.
 		__syncwarp();
@@ -118,5 +118,29 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 	}
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T);
+}
+
+// lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
+// at most 128 registers a thread (each weight fragment read from its slot
+// by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                     const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring) {
+	extern __shared__ uint4 smem[];
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring);
+}
+
+// lb_mma_gemv_bulk1: lb_mma_gemv_bulk on BF16 activations (terms written
+// with nt = 1: hi alone, mid and lo zeros), reading and multiplying hi
+// only: a third of the activation loads and mma, so up to 32 tokens (four
+// groups: 2 bytes of L2 reads a weight byte) stream. Its sums are those of
+// every three-term kernel on the same terms (they add exact zeros).
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring) {
+	extern __shared__ uint4 smem[];
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring);
 }
 #endif

@@ -17,9 +17,11 @@ extern "C" __global__ void lb_add(float *out, const float *a, const float *b, i6
 }
 
 // lb_silu_mul_terms: lb_silu_mul over [T, D] writing mma terms
-// (matmul_mma.cu) for nc column chunks instead of float32; one thread per
-// (token, column pair), columns past D zeros.
-extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const float *up, int T, int D, int nc) {
+// (matmul_mma.cu) for nc column chunks instead of float32 (terms 1: BF16
+// activations, mma_terms_n); one thread per (token, column pair), columns
+// past D zeros.
+extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const float *up, int T, int D, int nc,
+                                             int terms) {
 	lb_pdl_wait();
 	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (id >= (i64)T * nc * 8) return;
@@ -31,7 +33,7 @@ extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const f
 		float g = i < D ? gate[(i64)t * D + i] : 0.0f;
 		v[k] = i < D ? g / (1.0f + expf(-g)) * up[(i64)t * D + i] : 0.0f;
 	}
-	mma_put_terms(xs, nc, t, 2 * p, v[0], v[1]);
+	mma_put_terms(xs, nc, t, 2 * p, v[0], v[1], terms);
 }
 
 // lb_silu_mul_bf16: lb_silu_mul over n elements whose first nb (even) go
