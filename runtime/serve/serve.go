@@ -55,10 +55,10 @@ type Config struct {
 	// with PrefillActivations bf16: generated rows on BF16 activations
 	// too, runtime.WithBF16Activations).
 	DecodeActivations string
-	Threads            int  // CPU threads; 0 is all
-	NoMmap             bool // runtime.LoadOptions.NoMmap on the CPU; ignored on a GPU, which holds its own copy
-	Version            string
-	Log                *slog.Logger
+	Threads           int  // CPU threads; 0 is all
+	NoMmap            bool // runtime.LoadOptions.NoMmap on the CPU; ignored on a GPU, which holds its own copy
+	Version           string
+	Log               *slog.Logger
 	// Ready, when set, is called with the listening address once the
 	// server accepts connections.
 	Ready func(addr string)
