@@ -102,6 +102,8 @@ fi
 
 work="$out/workloads.txt"
 if part serve; then
+# SERVE_SMALL=0 skips the tiny model and the Qwen3-0.6B shape.
+if [ "${SERVE_SMALL:-1}" != 0 ]; then
 echo "== lowbit serve on the GPU (tiny model; then a random-dataset bench on the Qwen3-0.6B shape)"
 [ -f /tmp/lowbit-bench-qwen3-0.6b/bf16/config.json ] || .device/bin/lowbit synth --arch qwen3 --size qwen3-0.6b --out /tmp/lowbit-bench-qwen3-0.6b/bf16 >/dev/null 2>&1
 sd=$(mktemp -d)
@@ -137,6 +139,7 @@ kill $pid; wait $pid 2>/dev/null
 LOWBIT_TOP_ON_DEVICE=0 serve q06 /tmp/lowbit-bench-qwen3-0.6b/bf16 8012 --max-model-len 4096
 workload random-0.6b-whole-rows 8012 --workload random --random-input-len 512 --random-output-len 128 --num-prompts 64 --max-concurrency 16
 kill $pid; wait $pid 2>/dev/null
+fi
 
 echo "== LowBArena workloads on the Qwen3-8B shape, scaled (interactive: 8 of 32 prompts; serve: 32 of 64 prompts, 128 of 512 generated; long_context: 16 of 128 prompts and in flight, 64 of 256 generated)"
 # Twice: every row on float32 activations (the default), then prompt rows'

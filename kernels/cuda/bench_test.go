@@ -170,11 +170,20 @@ func BenchmarkKernels(b *testing.B) {
 					timeGraph(b, func(k *K) error { return k.MatMul(y, x, T, dw) }, float64(len(w.Data)))
 				})
 			}
-			b.Run(fmt.Sprintf("gemv-bf16/lb_mma_gemv_bulk1/T=%d/%dx%d", T, sh.out, sh.in), func(b *testing.B) {
-				timeGraph(b, func(k *K) error {
-					return k.MatMulSharedBF16(x, T, []Buf{y}, []*Weight{dw})
-				}, float64(len(w.Data)))
-			})
+			// BF16 activations: lb_mma_gemv_bulk1, and lb_mma_gemv_tiles1
+			// on 2 and 4 row tiles a block (the split included).
+			for _, v := range []struct {
+				name     string
+				from, mt int
+			}{{"lb_mma_gemv_bulk1", mmaGemvTokens + 1, 2}, {"lb_mma_gemv_tiles1_m2", 1, 2}, {"lb_mma_gemv_tiles1_m4", 1, 4}} {
+				b.Run(fmt.Sprintf("gemv-bf16/%s/T=%d/%dx%d", v.name, T, sh.out, sh.in), func(b *testing.B) {
+					defer func(f, m int) { mmaTiles1From, mmaTiles1MT = f, m }(mmaTiles1From, mmaTiles1MT)
+					mmaTiles1From, mmaTiles1MT = v.from, v.mt
+					timeGraph(b, func(k *K) error {
+						return k.MatMulSharedBF16(x, T, []Buf{y}, []*Weight{dw})
+					}, float64(len(w.Data)))
+				})
+			}
 		}
 		d.Free(dw.Data)
 		d.Free(x)

@@ -36,6 +36,9 @@ type Device struct {
 	ctx       C.lb_handle
 	mod       C.lb_handle
 	fns       map[string]C.lb_handle
+	// dynShared is the dynamic shared memory each kernel was last allowed
+	// (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); launch raises it.
+	dynShared map[string]int
 	Name      string
 	Major     int // compute capability
 	Minor     int
@@ -103,7 +106,7 @@ func Open(opts Options) (*Device, error) {
 	if opts.Ordinal < 0 || opts.Ordinal >= int(n) {
 		return nil, fmt.Errorf("%w: device %d asked for, %d present", ErrNoDevice, opts.Ordinal, int(n))
 	}
-	d := &Device{fns: map[string]C.lb_handle{}}
+	d := &Device{fns: map[string]C.lb_handle{}, dynShared: map[string]int{}}
 	if err := check("cuDeviceGet", C.lb_cuDeviceGet(&d.dev, C.int(opts.Ordinal))); err != nil {
 		return nil, err
 	}
@@ -260,11 +263,16 @@ func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...arg)
 	if err != nil {
 		return err
 	}
-	if shmem > 48<<10 {
+	// Without the attribute a kernel may take 48 KB of shared memory, its
+	// static share included: a launch of exactly 48 KB of dynamic memory
+	// beside static mbarriers is refused (CUDA_ERROR_INVALID_VALUE) unless
+	// it is raised. So raise it for every size past the last one allowed.
+	if shmem > d.dynShared[name] {
 		// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-		if err := check("cuFuncSetAttribute", C.lb_cuFuncSetAttribute(f, 8, C.int(shmem))); err != nil {
+		if err := check("cuFuncSetAttribute("+name+")", C.lb_cuFuncSetAttribute(f, 8, C.int(shmem))); err != nil {
 			return err
 		}
+		d.dynShared[name] = shmem
 	}
 	slots := make([]C.uint64_t, len(args))
 	for i, a := range args {

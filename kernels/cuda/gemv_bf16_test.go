@@ -17,14 +17,17 @@ import (
 // of x gives, bit for bit, MatMulShared (the three-term kernels) of x
 // rounded to the nearest BF16 on the host, for T = 1 to 32: on
 // lb_mma_gemv_bulk1 in blocks of 8, 5 and 4 warps and rings of 1 and 2, and
-// on the three-term kernels reading the one-term buffer (mmaBulk1Groups 0),
-// whose mid and lo terms must be zeros. So the one-term path computes
-// exactly the float32-activation contract on BF16-rounded inputs.
+// on lb_mma_gemv_tiles1 (2 and 4 row tiles a block; warps as many as fit,
+// or 3: the spans split unevenly; rings of 1 and 2), and on the three-term
+// kernels reading the one-term buffer (mmaBulk1Groups 0), whose mid and lo
+// terms must be zeros. So the one-term path computes exactly the
+// float32-activation contract on BF16-rounded inputs.
 func TestGemvBF16Terms(t *testing.T) {
 	d := openOrSkip(t)
-	defer func(groups, warps, ring int) {
+	defer func(groups, warps, ring, from, mt, tw, tr int) {
 		mmaBulk1Groups, mmaBulkWarps, mmaBulkRing = groups, warps, ring
-	}(mmaBulk1Groups, mmaBulkWarps, mmaBulkRing)
+		mmaTiles1From, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring = from, mt, tw, tr
+	}(mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring)
 	rng := rand.New(rand.NewPCG(11, 13))
 	for _, c := range []struct {
 		outs []int
@@ -96,23 +99,30 @@ func TestGemvBF16Terms(t *testing.T) {
 			}
 			return got
 		}
+		never := mmaGemvTokens + 1
 		for T := 1; T <= mmaGemvTokens; T++ {
-			mmaBulk1Groups, mmaBulkWarps, mmaBulkRing = 0, 0, 1
+			mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From = 0, 0, 1, never
 			want := run(xbd, T, false)
 			for _, v := range []struct {
 				name                string
 				groups, warps, ring int
+				from, mt            int // lb_mma_gemv_tiles1 from T = from, mt tiles a block
 			}{
-				{"three-term kernels on one term", 0, 0, 1},
-				{"lb_mma_gemv_bulk1, 8 warps", mmaGemvTokens / 8, 8, 1 + T%2},
-				{"lb_mma_gemv_bulk1, 5 warps", mmaGemvTokens / 8, 5, 1 + (T+1)%2},
-				{"lb_mma_gemv_bulk1, 4 warps", mmaGemvTokens / 8, 4, 1 + T%2},
-				{"lb_mma_gemv_bulk1, default shape", mmaGemvTokens / 8, 0, 1},
+				{"three-term kernels on one term", 0, 0, 1, never, 2},
+				{"lb_mma_gemv_bulk1, 8 warps", mmaGemvTokens / 8, 8, 1 + T%2, never, 2},
+				{"lb_mma_gemv_bulk1, 5 warps", mmaGemvTokens / 8, 5, 1 + (T+1)%2, never, 2},
+				{"lb_mma_gemv_bulk1, 4 warps", mmaGemvTokens / 8, 4, 1 + T%2, never, 2},
+				{"lb_mma_gemv_bulk1, default shape", mmaGemvTokens / 8, 0, 1, never, 2},
+				{"lb_mma_gemv_tiles1_m2, warps that fit", 0, 0, 1 + T%2, 1, 2},
+				{"lb_mma_gemv_tiles1_m2, 3 warps", 0, 3, 1 + (T+1)%2, 1, 2},
+				{"lb_mma_gemv_tiles1_m4, warps that fit", 0, 0, 1 + (T+1)%2, 1, 4},
+				{"lb_mma_gemv_tiles1_m4, 3 warps", 0, 3, 1 + T%2, 1, 4},
 			} {
-				if d.Major < 9 && v.groups > 0 {
+				if d.Major < 9 && (v.groups > 0 || v.from <= mmaGemvTokens) {
 					continue
 				}
 				mmaBulk1Groups, mmaBulkWarps, mmaBulkRing = v.groups, v.warps, v.ring
+				mmaTiles1From, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring = v.from, v.mt, v.warps, v.ring
 				got := run(xd, T, true)
 				for i, out := range c.outs {
 					if bytes.Equal(want[i][:4*T*out], got[i][:4*T*out]) {
@@ -198,21 +208,53 @@ func TestTermsBF16Producers(t *testing.T) {
 			return out
 		}
 		f32, b16 := terms(false), terms(true)
-		// (group, chunk) blocks of 3 terms × 32 lanes × 8 bytes.
-		bad := 0
+		// (group, chunk) blocks of 3 terms × 32 lanes × 8 bytes; lane 4g + q
+		// of group n holds token 8n + g (past T: not written by every
+		// producer, and read by no kernel).
+		nc, bad := (D+15)/16, 0
 		for blk := 0; blk < len(f32)/768 && bad < 3; blk++ {
-			hi := blk * 768
-			if !bytes.Equal(f32[hi:hi+256], b16[hi:hi+256]) {
-				t.Errorf("%s: block %d: the BF16 hi term differs from the float32 terms' hi", p.name, blk)
-				bad++
-			}
-			if !bytes.Equal(b16[hi+256:hi+768], make([]byte, 512)) {
-				t.Errorf("%s: block %d: the BF16 terms' mid and lo are not zeros", p.name, blk)
-				bad++
+			for lane := range 32 {
+				if 8*(blk/nc)+lane/4 >= T {
+					continue
+				}
+				at := func(term int) int { return blk*768 + term*256 + lane*8 }
+				if !bytes.Equal(f32[at(0):at(0)+8], b16[at(0):at(0)+8]) {
+					t.Errorf("%s: block %d, lane %d: the BF16 hi term differs from the float32 terms' hi", p.name, blk, lane)
+					bad++
+				}
+				if !bytes.Equal(b16[at(1):at(1)+8], make([]byte, 8)) || !bytes.Equal(b16[at(2):at(2)+8], make([]byte, 8)) {
+					t.Errorf("%s: block %d, lane %d: the BF16 terms' mid and lo are not zeros", p.name, blk, lane)
+					bad++
+				}
 			}
 		}
 		if bad == 0 {
 			t.Logf("%s: %d blocks of terms checked", p.name, len(f32)/768)
+		}
+	}
+}
+
+// TestTiles1Shape: lb_mma_gemv_tiles1's blocks take as many warps as fit a
+// block's shared memory (up to 8, no more than the spans) or as asked, and
+// say when nothing fits. Runs without a GPU.
+func TestTiles1Shape(t *testing.T) {
+	for _, c := range []struct {
+		mt, warps, ring, groups, spans int
+		wantWarps, wantShared          int
+		ok                             bool
+	}{
+		{2, 0, 1, 4, 16, 8, 8*2*8192 + 9*4*2*512, true},
+		{2, 0, 2, 4, 16, 6, 6*2*2*8192 + 7*4*2*512, true},
+		{4, 0, 1, 4, 48, 5, 5*4*8192 + 6*4*4*512, true},
+		{4, 3, 1, 2, 16, 3, 3*4*8192 + 4*2*4*512, true},
+		{2, 0, 1, 4, 3, 3, 3*2*8192 + 4*4*2*512, true}, // in ≤ 768: a span a warp
+		{4, 8, 2, 4, 16, 8, 8*2*4*8192 + 9*4*4*512, false},
+		{3, 0, 1, 4, 16, 0, 0, false},
+	} {
+		w, sh, ok := tiles1Shape(c.mt, c.warps, c.ring, c.groups, c.spans)
+		if w != c.wantWarps || sh != c.wantShared || ok != c.ok {
+			t.Errorf("tiles1Shape(mt %d, warps %d, ring %d, groups %d, spans %d) = %d warps, %d bytes, %v; want %d, %d, %v",
+				c.mt, c.warps, c.ring, c.groups, c.spans, w, sh, ok, c.wantWarps, c.wantShared, c.ok)
 		}
 	}
 }

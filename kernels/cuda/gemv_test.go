@@ -140,6 +140,45 @@ func TestGemvKernels(t *testing.T) {
 	}
 }
 
+// TestBulkFirstLaunch48K: a device's first launch of lb_mma_gemv_bulk may
+// take exactly 48 KB of dynamic shared memory beside its static mbarriers
+// (16 tokens on Qwen3-8B's packed q, k and v: blocks of 4 warps, two token
+// groups), which the driver refuses unless launch raises the kernel's
+// limit first; it once failed there with CUDA_ERROR_INVALID_VALUE.
+func TestBulkFirstLaunch48K(t *testing.T) {
+	d := openOrSkip(t) // a fresh module: no limit raised yet
+	if d.Major < 9 {
+		t.Skipf("lb_mma_gemv_bulk needs sm_90; %s", d.Arch)
+	}
+	defer func(g, w, r int) { mmaBulkGroups, mmaBulkWarps, mmaBulkRing = g, w, r }(mmaBulkGroups, mmaBulkWarps, mmaBulkRing)
+	mmaBulkGroups, mmaBulkWarps, mmaBulkRing = 2, 4, 1
+	const in, T = 4096, 16
+	if shared := 4*mmaSpan*512 + (in/16/mmaSpan)*2*512; shared != 48<<10 {
+		t.Fatalf("the case takes %d bytes of dynamic shared memory, not 48 KB", shared)
+	}
+	outs := []int{4096, 1024, 1024}
+	var ws []*Weight
+	var ys []Buf
+	for _, out := range outs {
+		w, err := d.UploadWeight(&kernels.Weight{Format: kernels.WeightBF16, Out: out, In: in, Data: make([]byte, 2*out*in), Act: kernels.ActNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := d.Alloc(4 * T * out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, ys = append(ws, w), append(ys, y)
+	}
+	x, err := d.Alloc(4 * T * in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(func(k *K) error { return k.MatMulShared(x, T, ys, ws) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestBulkShape: lb_mma_gemv_bulk's block has mmaBulkWarps warps (by
 // default 8, or 4 where that keeps the grid to one wave) but no more than
 // the input's spans, and its ring no more spans than a warp takes nor than

@@ -86,6 +86,19 @@ var mmaBulkGroups = 2
 // set it (0: never, so that the three-term kernels run those terms).
 var mmaBulk1Groups = mmaGemvTokens / 8
 
+// lb_mma_gemv_tiles1_m2 / _m4 (matmul_mma_bulk.cu) run BF16 terms of
+// mmaTiles1From tokens and more (up to mmaGemvTokens) on sm_90, in place of
+// lb_mma_gemv_bulk1: blocks of mmaTiles1MT row tiles (2 or 4) that read
+// each activation fragment once for all of them, of mmaTiles1Warps warps
+// (0: as many as fit, up to 8) and a ring of mmaTiles1Ring spans a warp.
+// Tests and benchmarks set them (mmaTiles1From above mmaGemvTokens: never).
+var (
+	mmaTiles1From  = 17
+	mmaTiles1MT    = 2
+	mmaTiles1Warps = 0
+	mmaTiles1Ring  = 1
+)
+
 // lb_mma_gemv_bulk's block (warps, up to mmaBulkWarpsMax = MMA_BULK_WARPS
 // in matmul_mma_bulk.cu, and no more than the input's spans) and ring
 // (spans in flight a warp, up to mmaBulkRingMax = MMA_BULK_RING_MAX): one
@@ -346,6 +359,9 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
+	if ok, err := k.gemvTiles1(t, ys, ws); ok {
+		return err
+	}
 	if ok, err := k.gemvBulk(t, ys, ws); ok {
 		return err
 	}
@@ -397,6 +413,43 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight) (bool, error) {
 	}
 	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
 		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
+}
+
+// gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t
+// over the tiled weights ws, and reports whether it could: on sm_90, from
+// mmaTiles1From tokens, with room in shared memory.
+func (k *K) gemvTiles1(t Terms, ys []Buf, ws []*Weight) (bool, error) {
+	if t.nt != 1 || k.d.Major < 9 || t.T < mmaTiles1From || t.T > mmaGemvTokens {
+		return false, nil
+	}
+	spans := ((t.In+15)/16 + mmaSpan - 1) / mmaSpan
+	mt, ring := mmaTiles1MT, max(1, min(mmaTiles1Ring, mmaBulkRingMax))
+	warps, shared, ok := tiles1Shape(mt, mmaTiles1Warps, ring, (t.T+7)/8, spans)
+	if !ok {
+		return false, nil
+	}
+	return true, k.gemvLaunches(ys, ws, fmt.Sprintf("lb_mma_gemv_tiles1_m%d", mt), 16*mt, 32*warps, 1, shared,
+		ptrArg(t.buf.ptr), intArg(t.T), intArg(t.In), intArg(ring))
+}
+
+// tiles1Shape returns lb_mma_gemv_tiles1's warps a block and its shared
+// memory for mt row tiles (2 or 4), groups token groups and a ring of
+// ring spans a warp: warps as asked (0: up to mmaBulkWarpsMax, as many
+// as fit a block's shared memory), no more than the spans; false if none
+// fits or mt is not 2 or 4.
+func tiles1Shape(mt, warps, ring, groups, spans int) (int, int, bool) {
+	if mt != 2 && mt != 4 {
+		return 0, 0, false
+	}
+	shared := func(w int) int { return w*ring*mt*mmaSpan*512 + (w+1)*groups*mt*512 }
+	if warps == 0 {
+		warps = mmaBulkWarpsMax
+		for warps > 1 && shared(warps) > maxBlockShared-1024 {
+			warps--
+		}
+	}
+	warps = max(1, min(warps, mmaBulkWarpsMax, spans))
+	return warps, shared(warps), shared(warps) <= maxBlockShared-1024
 }
 
 // gemvGroups returns the token groups a block of lb_mma_gemv or

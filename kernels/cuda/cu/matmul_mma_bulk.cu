@@ -143,4 +143,127 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
 	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring);
 }
+
+// lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
+// decode batches of 9 to 32 tokens on BF16 activations (terms of one term:
+// hi alone), on sm_90.
+//
+// Why: lb_mma_gemv_bulk1 reads a span's activation terms from L2 for every
+// 16-row tile: at 32 tokens 2 bytes a weight byte, so that L2 (about 6 TB/s
+// of reads on the H200 in all) bounds it at 0.35-0.53 of the copy rate.
+// Here a block takes MT row tiles and each warp copies its span of all MT
+// (one cp.async.bulk a tile, one mbarrier) and multiplies every activation
+// fragment it loads by MT weight fragments: 2/MT bytes of terms a weight
+// byte.
+//
+// Order: the spans go in rounds, one a warp (span k·nw + wi in round k).
+// Each warp writes its span's sums (from 0, chunk by chunk: mma_span's
+// order) to part; after the block's barrier each output element adds the
+// round's sums in span order to its running total in shared memory (from
+// 0), so y[t,o] = ((0 + s_0) + s_1) + ...: the bits of every other BF16
+// kernel on the same terms. Shared memory: nw · ring · MT spans of 8 KB
+// (the copies), then part [nw][groups][MT][16 rows][8 tokens] and the
+// totals [groups][MT][16][8], floats.
+template <int MT>
+__device__ __forceinline__ void mma_gemv_tiles1(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0,
+                                                const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1,
+                                                float *y2, const uint4 *w2, int out2, const uint2 *xs, int T, int in,
+                                                int ring) {
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5, g = lane >> 2, q = lane & 3;
+	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
+	float *y;
+	const uint4 *w;
+	mma_pick(&m, 16 * MT, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
+	int ng = (T + 7) / 8, rounds = (spans + nw - 1) / nw;
+	int mine = wi < spans ? (spans - 1 - wi) / nw + 1 : 0; // this warp's spans: wi, wi + nw, ...
+	constexpr int SPAN_U4 = MMA_SPAN * 32;                  // a tile's span, in uint4
+	uint4 *slots = smem + wi * ring * MT * SPAN_U4;
+	u64 *bar = bars[wi];
+	float *part = (float *)(smem + nw * ring * MT * SPAN_U4);
+	const int elems = ng * MT * 128; // a round's outputs: [groups][MT][16][8]
+	float *total = part + nw * elems;
+	const uint4 *wt = w + (i64)m * MT * nc * 32; // row tile m·MT: nc tiles of 32 uint4 each, then tile m·MT + 1, ...
+	auto issue = [&](int k) {
+		int c0 = (wi + k * nw) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+		uint4 *dst = slots + (k % ring) * MT * SPAN_U4;
+		for (int j = 0; j < MT; j++)
+			bulk_copy(dst + j * SPAN_U4, wt + ((i64)j * nc + c0) * 32, nch * 512, &bar[k % ring]);
+	};
+	if (lane == 0) {
+		// MT copies arrive on a phase: it completes once all MT have
+		// arrived with their byte counts and every byte has landed.
+		for (int r = 0; r < ring; r++) mbar_init(&bar[r], MT);
+		for (int k = 0; k < min(ring, mine); k++) issue(k);
+	}
+	for (int i = threadIdx.x; i < elems; i += blockDim.x) total[i] = 0.0f;
+	__syncwarp();
+	lb_pdl_wait();
+	for (int k = 0; k < rounds; k++) {
+		if (k < mine) {
+			int s = wi + k * nw, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+			const uint4 *slot = slots + (k % ring) * MT * SPAN_U4;
+			float *pw = part + wi * elems;
+			for (int n = 0; n < ng; n++) {
+				const uint2 *bp = xs + (((i64)n * nc + c0) * 3 << 5) + lane;
+				bool live = 8 * n + g < T;
+				uint2 b[MMA_SPAN];
+#pragma unroll
+				for (int i = 0; i < MMA_SPAN; i++) {
+					b[i].x = b[i].y = 0u;
+					if (i < nch && live) b[i] = __ldg(bp + i * 3 * 32);
+				}
+				if (n == 0) mbar_wait(&bar[k % ring], (k / ring) & 1);
+				float acc[MT][4];
+#pragma unroll
+				for (int j = 0; j < MT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+				for (int i = 0; i < MMA_SPAN; i++) {
+					if (i < nch) {
+#pragma unroll
+						for (int j = 0; j < MT; j++) mma_bf16(acc[j], slot[(j * MMA_SPAN + i) * 32 + lane], b[i].x, b[i].y);
+					}
+				}
+				// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
+#pragma unroll
+				for (int j = 0; j < MT; j++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) pw[((n * MT + j) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[j][e];
+			}
+			// Every lane has read the slot: it takes the span ring rounds on.
+			__syncwarp();
+			if (lane == 0 && k + ring < mine) issue(k + ring);
+		}
+		__syncthreads();
+		int live = min(nw, spans - k * nw); // the round's spans, warps 0 .. live-1 in span order
+		for (int i = threadIdx.x; i < elems; i += blockDim.x) {
+			float sum = total[i];
+			for (int v = 0; v < live; v++) sum += part[v * elems + i];
+			total[i] = sum;
+		}
+		__syncthreads();
+	}
+	for (int i = threadIdx.x; i < elems; i += blockDim.x) {
+		int n = i / (MT * 128), j = (i / 128) % MT, r = (i >> 3) & 15, tk = i & 7;
+		int row = 16 * (m * MT + j) + r, t = 8 * n + tk;
+		if (row < out && t < T) y[(i64)t * out + row] = total[i];
+	}
+}
+
+// lb_mma_gemv_tiles1_m2 and _m4: mma_gemv_tiles1 on 2 and 4 row tiles a
+// block (blocks of up to MMA_BULK_WARPS warps).
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 1)
+    lb_mma_gemv_tiles1_m2(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                          const uint4 *w2, int out2, const uint2 *xs, int T, int in, int ring) {
+	extern __shared__ uint4 smem[];
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	mma_gemv_tiles1<2>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, ring);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 1)
+    lb_mma_gemv_tiles1_m4(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                          const uint4 *w2, int out2, const uint2 *xs, int T, int in, int ring) {
+	extern __shared__ uint4 smem[];
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	mma_gemv_tiles1<4>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, ring);
+}
 #endif
