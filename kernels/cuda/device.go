@@ -31,11 +31,11 @@ type Options struct {
 // Device is one CUDA device with its primary context and the compiled
 // kernels. Its methods are safe for concurrent use (they serialize).
 type Device struct {
-	mu        sync.Mutex
-	dev       C.int
-	ctx       C.lb_handle
-	mod       C.lb_handle
-	fns       map[string]C.lb_handle
+	mu  sync.Mutex
+	dev C.int
+	ctx C.lb_handle
+	mod C.lb_handle
+	fns map[string]C.lb_handle
 	// dynShared is the dynamic shared memory each kernel was last allowed
 	// (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); launch raises it.
 	dynShared map[string]int
