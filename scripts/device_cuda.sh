@@ -102,12 +102,6 @@ fi
 
 work="$out/workloads.txt"
 if part serve; then
-# SERVE_SMALL=0 skips the tiny model and the Qwen3-0.6B shape.
-if [ "${SERVE_SMALL:-1}" != 0 ]; then
-echo "== lowbit serve on the GPU (tiny model; then a random-dataset bench on the Qwen3-0.6B shape)"
-[ -f /tmp/lowbit-bench-qwen3-0.6b/bf16/config.json ] || .device/bin/lowbit synth --arch qwen3 --size qwen3-0.6b --out /tmp/lowbit-bench-qwen3-0.6b/bf16 >/dev/null 2>&1
-sd=$(mktemp -d)
-.device/bin/lowbit synth --arch qwen3 --out "$sd/tiny" >/dev/null 2>&1
 # serve NAME DIR PORT [flags]: starts lowbit serve and waits until it answers.
 serve() {
 	local name=$1 dir=$2 port=$3
@@ -125,6 +119,12 @@ workload() {
 	timeout 400 .device/bin/lowbit bench --url "http://127.0.0.1:$port" --ignore-eos --out "/tmp/bench_$name.json" "$@" 2>&1 | tail -16 | tee -a "$work"
 	cat "/tmp/bench_$name.json" >>"$work" 2>/dev/null
 }
+# SERVE_SMALL=0 skips the tiny model and the Qwen3-0.6B shape.
+if [ "${SERVE_SMALL:-1}" != 0 ]; then
+echo "== lowbit serve on the GPU (tiny model; then a random-dataset bench on the Qwen3-0.6B shape)"
+[ -f /tmp/lowbit-bench-qwen3-0.6b/bf16/config.json ] || .device/bin/lowbit synth --arch qwen3 --size qwen3-0.6b --out /tmp/lowbit-bench-qwen3-0.6b/bf16 >/dev/null 2>&1
+sd=$(mktemp -d)
+.device/bin/lowbit synth --arch qwen3 --out "$sd/tiny" >/dev/null 2>&1
 serve tiny "$sd/tiny" 8011 --max-model-len 4096
 curl -s localhost:8011/v1/completions -H 'content-type: application/json' \
   -d '{"model":"tiny","prompt":"Hello","max_tokens":8,"temperature":0,"prompt_logprobs":2}' | head -c 600; echo

@@ -18,6 +18,9 @@ type Batch struct {
 	Tables, Seq, Pos, PartOff, Work Buf
 	Stride                          int
 	Plan                            AttentionPlan
+	// Rope holds the batch's RoPE table (RoPETable): the first
+	// QKNormRoPE of a batch writes it, the next layers' read it.
+	Rope Buf
 }
 
 // AttentionPlan is the host side of a batch's attention launch. The

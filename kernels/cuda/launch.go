@@ -215,11 +215,36 @@ func (k *K) QKNormRoPE(q, kk, v, qw, kw Buf, qkNorm bool, eps float32, p *KVPool
 	if qkNorm {
 		qn = 1
 	}
+	// The first layer of a step writes the batch's table; the others read
+	// it.
+	if b.Rope.bytes < 4*T*rotaryDim {
+		table, err := k.d.persistent("rope_table", 4*T*rotaryDim)
+		if err != nil {
+			return err
+		}
+		if err := k.RoPETable(table, b.Pos, T, rotaryDim, theta); err != nil {
+			return err
+		}
+		b.Rope = table
+	}
+	table := b.Rope
 	return k.d.launch("lb_qk_norm_rope", [3]int{T, 1, 1}, [3]int{32 * qkNormRoPEWarps, 1, 1}, 0,
 		ptrArg(q.ptr), ptrArg(kk.ptr), ptrArg(v.ptr), ptrArg(qw.ptr), ptrArg(kw.ptr), intArg(qn), f32Arg(eps),
-		ptrArg(b.Pos.ptr), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), intArg(rotaryDim), f64Arg(theta),
+		ptrArg(b.Pos.ptr), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), intArg(rotaryDim), ptrArg(table.ptr),
 		ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale),
 		ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr), intArg(p.BlockSize))
+}
+
+// RoPETable writes into table (T·rotaryDim float32s: a (cos, sin) pair a
+// token and rotary frequency) the RoPE angles of the T positions pos
+// (lb_rope_table): a step's layers share them (Batch.Rope).
+func (k *K) RoPETable(table, pos Buf, T, rotaryDim int, theta float64) error {
+	if table.bytes < 4*T*rotaryDim {
+		return fmt.Errorf("cuda: RoPETable of %d tokens and %d rotary dims into %d bytes", T, rotaryDim, table.bytes)
+	}
+	n := T * (rotaryDim / 2)
+	return k.d.launch("lb_rope_table", grid1(n, 256), [3]int{256, 1, 1}, 0, ptrArg(table.ptr), ptrArg(pos.ptr), intArg(T),
+		intArg(rotaryDim), f64Arg(theta))
 }
 
 // RoPE rotates x [T, heads, headDim] in place at positions pos [T] int32
