@@ -208,6 +208,20 @@ const flashDecodeBlocks = 1024
 // the same bits as lb_flash_d*_k1_whole_q1, two m-tiles a warp.
 var flashPrefill = true
 
+// flashPrefillWG runs those rows on attention_wgmma_prefill.cu's kernel
+// where it serves instead (head dim 128, sm_90a: wgmma): the same bits.
+// flashWGSwap is its descriptor test hook (the kernel's swap argument).
+var (
+	flashPrefillWG = true
+	flashWGSwap    = 0
+)
+
+// flashPrefillWGFits says whether attention_wgmma_prefill.cu serves pool p
+// on this device.
+func (k *K) flashPrefillWGFits(p *KVPool) bool {
+	return flashPrefillWG && flashPrefillFits(p) && p.HeadDim == 128 && k.d.Arch == "sm_90a"
+}
+
 // flashPrefillTiles is FP_MT of attention_mma_prefill.cu: m-tiles a warp.
 const flashPrefillTiles = 2
 
@@ -321,6 +335,18 @@ func (k *K) flashWhole(out, q Buf, p *KVPool, b *Batch, H int, scale float32) er
 			continue
 		}
 		ld := p.HeadDim + 8
+		if r.suffix == "_q1" && k.flashPrefillWGFits(p) {
+			// Two stages of k and v (core matrices, no padding), then each
+			// of the 8 warps' q [16][Dh + 8].
+			shmem := (4*flashChunk*p.HeadDim + 8*16*ld) * 2
+			if err := k.d.launch("lb_flash_prefill_wg_d128_q1", [3]int{r.last - r.first, p.KVHeads, 1}, [3]int{256, 1, 1}, shmem,
+				ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
+				ptrArg(b.Pos.ptr), ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale),
+				intArg(flashWGSwap)); err != nil {
+				return err
+			}
+			continue
+		}
 		if r.suffix == "_q1" && flashPrefillFits(p) {
 			shmem := (4*flashPrefillTiles*16*ld + 4*flashChunk*ld) * 2
 			if err := k.d.launch(fmt.Sprintf("lb_flash_prefill_d%d_q1", p.HeadDim), [3]int{r.last - r.first, p.KVHeads, 1}, [3]int{128, 1, 1}, shmem,

@@ -4,6 +4,9 @@ package cuda
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -143,19 +146,20 @@ func TestPlanAttention(t *testing.T) {
 // decode and both in one batch, float32 and BF16 q, over shuffled tables.
 func TestFlashVariants(t *testing.T) {
 	d := openOrSkip(t)
-	defer func(p, dec, pre, runs bool) {
-		flashPipelined, flashDecode, flashPrefill, flashSplitRuns = p, dec, pre, runs
-	}(flashPipelined, flashDecode, flashPrefill, flashSplitRuns)
+	defer func(p, dec, pre, runs, wg bool, swap int) {
+		flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashWGSwap = p, dec, pre, runs, wg, swap
+	}(flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashWGSwap)
 	variants := []struct {
-		name                                 string
-		pipelined, wide, twoTiles, splitRuns bool
-	}{{"pipelined", true, false, false, false}, {"split runs", false, false, false, true},
-		{"decode, prefill and split runs", false, true, true, true}}
-	set := func(pipelined, wide, twoTiles, splitRuns bool) {
-		flashPipelined, flashDecode, flashPrefill, flashSplitRuns = pipelined, wide, twoTiles, splitRuns
+		name                                     string
+		pipelined, wide, twoTiles, splitRuns, wg bool
+	}{{"pipelined", true, false, false, false, false}, {"split runs", false, false, false, true, false},
+		{"decode, prefill and split runs", false, true, true, true, false},
+		{"decode, wgmma prefill and split runs", false, true, true, true, true}}
+	set := func(pipelined, wide, twoTiles, splitRuns, wg bool) {
+		flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG = pipelined, wide, twoTiles, splitRuns, wg
 	}
 	for _, v := range variants {
-		set(v.pipelined, v.wide, v.twoTiles, v.splitRuns)
+		set(v.pipelined, v.wide, v.twoTiles, v.splitRuns, v.wg)
 		for _, f := range kerneltest.Check(NewOps(d), kerneltest.OpAttention, kerneltest.OpPagedAttention) {
 			t.Errorf("%s: %v", v.name, f)
 		}
@@ -234,13 +238,42 @@ func TestFlashVariants(t *testing.T) {
 			}
 			return got
 		}
-		set(false, false, false, false)
+		set(false, false, false, false, false)
 		want := run()
 		for _, v := range variants {
-			set(v.pipelined, v.wide, v.twoTiles, v.splitRuns)
+			set(v.pipelined, v.wide, v.twoTiles, v.splitRuns, v.wg)
 			if got := run(); !bytes.Equal(got, want) {
-				t.Errorf("%s: %d tokens (%d BF16, %d single tokens of other sequences): output differs from the one-warp kernels'", v.name, c.T, c.bf16, c.singles)
+				t.Errorf("%s: %d tokens (%d BF16, %d single tokens of other sequences): output differs from the one-warp kernels' (%s)",
+					v.name, c.T, c.bf16, c.singles, firstDiff(got, want))
+				if v.wg {
+					// Which descriptor byte offsets would have given the bits.
+					for swap := 1; swap < 4; swap++ {
+						flashWGSwap = swap
+						t.Logf("wgmma prefill with descriptor swap %d: same bits %v (%s)", swap, bytes.Equal(run(), want), firstDiff(run(), want))
+					}
+					flashWGSwap = 0
+				}
 			}
 		}
 	}
+}
+
+// firstDiff describes the first float32 where got and want differ, and how
+// many do.
+func firstDiff(got, want []byte) string {
+	first, n := -1, 0
+	for i := 0; i+4 <= min(len(got), len(want)); i += 4 {
+		if !bytes.Equal(got[i:i+4], want[i:i+4]) {
+			if first < 0 {
+				first = i / 4
+			}
+			n++
+		}
+	}
+	if first < 0 {
+		return "equal"
+	}
+	g := math.Float32frombits(binary.LittleEndian.Uint32(got[4*first:]))
+	w := math.Float32frombits(binary.LittleEndian.Uint32(want[4*first:]))
+	return fmt.Sprintf("%d of %d floats differ; the first, #%d: %v against %v", n, len(want)/4, first, g, w)
 }
