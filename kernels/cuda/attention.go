@@ -336,10 +336,10 @@ func (k *K) flashWhole(out, q Buf, p *KVPool, b *Batch, H int, scale float32) er
 		}
 		ld := p.HeadDim + 8
 		if r.suffix == "_q1" && k.flashPrefillWGFits(p) {
-			// Two stages of k and v (core matrices, no padding), then each
-			// of the 8 warps' q [16][Dh + 8].
-			shmem := (4*flashChunk*p.HeadDim + 8*16*ld) * 2
-			if err := k.d.launch("lb_flash_prefill_wg_d128_q1", [3]int{r.last - r.first, p.KVHeads, 1}, [3]int{256, 1, 1}, shmem,
+			// Two blocks of 4 warps an entry. Two stages of k and v (core
+			// matrices, no padding), then each warp's q [16][Dh + 8].
+			shmem := (4*flashChunk*p.HeadDim + 4*16*ld) * 2
+			if err := k.d.launch("lb_flash_prefill_wg_d128_q1", [3]int{2 * (r.last - r.first), p.KVHeads, 1}, [3]int{128, 1, 1}, shmem,
 				ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
 				ptrArg(b.Pos.ptr), ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale),
 				intArg(flashWGSwap)); err != nil {

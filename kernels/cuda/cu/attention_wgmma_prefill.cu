@@ -15,15 +15,20 @@
 // memory; a block's two warpgroups take turns on the tensor cores while
 // the other runs its softmax.
 //
-// Layout: attention_mma.cu's arguments (FA_PARAMS, whole mode), a block of
-// 8 warps; warp w takes the R = 16 / G tokens from t0 + w·R (one m-tile,
-// as attention_mma_prefill.cu's warp w/2 m-tile w%2: the same work list).
+// Layout: attention_mma.cu's arguments (FA_PARAMS, whole mode). Two blocks
+// of one warpgroup (4 warps) a work-list entry, so that two independent
+// blocks share an SM and one's softmax overlaps the other's wgmma (in one
+// block of two warpgroups, its barriers kept them in step: 172.7 TFLOP/s
+// at 8,192 on the H200 against attention_mma_prefill.cu's 226.4): block
+// 2e + h takes entry e's half h, its warp w the R = 16 / G tokens from
+// t0 + (4h + w)·R (one m-tile, as attention_mma_prefill.cu's warp (4h +
+// w)/2, m-tile w%2: the same work list).
 // Shared memory, dynamic, in u16: two stages of k and v, each [64 positions]
 // [128 dims] in 8 × 8 "core matrices" of 128 contiguous bytes (position
 // octet p/8, dim octet d/8 at ((p/8)·16 + d/8)·64 elements; row p%8 of 16
 // bytes inside), the layout wgmma reads without swizzling: along the dims
 // core matrices are 128 bytes apart, along the positions 2,048; then each
-// warp's q, [8][16][Dh + 8] (ldmatrix's layout, as fa_stage_q writes it).
+// warp's q, [4][16][Dh + 8] (ldmatrix's layout, as fa_stage_q writes it).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FW_DH 128
 #define FW_KV (FA_CHUNK * FW_DH) // one k or v chunk, in u16
@@ -126,10 +131,10 @@ __device__ __forceinline__ void fw_fold(float (&oacc)[64], float M[2], float L[2
 	}
 }
 
-// lb_flash_prefill_wg_d128_q1: 8 warps (two warpgroups) a block. swap
-// exchanges the two byte offsets of k's (bit 0) and v's (bit 1)
-// descriptors: a test hook.
-extern "C" __global__ void __launch_bounds__(256, 1)
+// lb_flash_prefill_wg_d128_q1: 4 warps (a warpgroup) a block, two blocks a
+// work-list entry. swap exchanges the two byte offsets of k's (bit 0) and
+// v's (bit 1) descriptors: a test hook.
+extern "C" __global__ void __launch_bounds__(128, 2)
     lb_flash_prefill_wg_d128_q1(float *out, const float *q, const u8 *kp, const u8 *vp, const int *tables, int stride,
                                 const int *seq, const int *pos, const int *work, int bs, int H, int KVH, float scale,
                                 int swap) {
@@ -137,13 +142,16 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 	constexpr int DH = FW_DH, LD = DH + 8, KV = FW_KV;
 	extern __shared__ uint4 fw_smem[];
 	__shared__ i64 rows[2][FA_CHUNK];
-	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, wg = w >> 2, g = lane >> 2, qd = lane & 3;
-	int kh = blockIdx.y, G = H / KVH, R = 16 / G;
-	int wi = gridDim.x - 1 - blockIdx.x; // the longest contexts first
+	int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+	int kh = blockIdx.y, G = H / KVH, R = 16 / G, half = blockIdx.x & 1;
+	int wi = gridDim.x / 2 - 1 - (blockIdx.x >> 1); // the longest contexts first
 	int t0 = work[2 * wi], n = work[2 * wi + 1];
-	u16 *kv0 = (u16 *)fw_smem, *qs = kv0 + 4 * KV + w * 16 * LD;
+	int w = 4 * half + (tid >> 5); // the warp's m-tile in the entry
+	if (4 * half * R >= n) return;  // the entry's second half is empty
+	u16 *kv0 = (u16 *)fw_smem, *qs = kv0 + 4 * KV + (tid >> 5) * 16 * LD;
 	const int *blocks = tables ? tables + (i64)seq[t0] * stride : 0;
-	int pmax = pos[t0 + n - 1];
+	// The block's last position: its chunks end there.
+	int pmax = pos[t0 + min(n, 4 * (half + 1) * R) - 1];
 	fa_rows(rows[0], blocks, bs, KVH, kh, DH, 0, pmax);
 	__syncthreads();
 	fw_copy(kv0, kv0 + KV, kp, vp, rows[0]);
@@ -159,8 +167,6 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 		hrow[e] = kh * G + r % G;
 	}
 	int wpmin = wn > 0 ? pos[t0 + wfirst] : -1;
-	int gl = min(4 * R, n - 4 * wg * R); // the warpgroup's tokens
-	int gpmax = gl > 0 ? pos[t0 + 4 * wg * R + gl - 1] : -1;
 	fa_stage_q<DH, 1>(qs, q, t0 + wfirst, wn, G, kh, H, lane, 32);
 	__syncwarp();
 	u32 qa[DH / 16][4];
@@ -185,7 +191,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 		// this thread's copies and zeros visible to it before the barrier.
 		asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 		__syncthreads();
-		if (gpmax >= c * FA_CHUNK) { // the warpgroup has rows in the chunk (uniform over its warps)
+		{
 			u32 ka = smem_u32(kv0 + 2 * b * KV), va = smem_u32(kv0 + (2 * b + 1) * KV);
 			float s[32];
 #pragma unroll
