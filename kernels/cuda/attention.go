@@ -209,10 +209,12 @@ const flashDecodeBlocks = 1024
 var flashPrefill = true
 
 // flashPrefillWG runs those rows on attention_wgmma_prefill.cu's kernel
-// where it serves instead (head dim 128, sm_90a: wgmma): the same bits.
-// flashWGSwap is its descriptor test hook (the kernel's swap argument).
+// where it serves instead (head dim 128, sm_90a: wgmma): the same bits,
+// but slower so far (150.2 against 226.3 TFLOP/s at 8,192 tokens on the
+// H200), so off; tests and benchmarks turn it on. flashWGSwap is its
+// descriptor test hook (the kernel's swap argument).
 var (
-	flashPrefillWG = true
+	flashPrefillWG = false
 	flashWGSwap    = 0
 )
 

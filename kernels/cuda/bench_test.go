@@ -307,15 +307,15 @@ func BenchmarkKernels(b *testing.B) {
 		T    int
 		bf16 bool
 	}{{"", 1024, false}, {"", 8192, false}, {"-bf16", 1024, true}, {"-bf16", 8192, true},
-		{"-bf16-mma", 1024, true}, {"-bf16-mma", 8192, true}, {"-bf16-one-tile", 1024, true}, {"-bf16-one-tile", 8192, true},
+		{"-bf16-wgmma", 1024, true}, {"-bf16-wgmma", 8192, true}, {"-bf16-one-tile", 1024, true}, {"-bf16-one-tile", 8192, true},
 		{"-pipelined", 1024, false}, {"-pipelined", 8192, false}, {"-bf16-pipelined", 1024, true}, {"-bf16-pipelined", 8192, true}} {
 		T := c.T
-		// -bf16: the default (attention_wgmma_prefill.cu on sm_90a);
-		// -bf16-mma: attention_mma_prefill.cu; -one-tile and -pipelined:
-		// attention_mma.cu's kernels.
+		// -bf16: attention_mma_prefill.cu (flashPrefill, the default);
+		// -bf16-wgmma: attention_wgmma_prefill.cu (sm_90a); -one-tile and
+		// -pipelined: attention_mma.cu's kernels.
 		flashPipelined = strings.HasSuffix(c.name, "pipelined")
-		flashPrefill = c.name == "-bf16" || c.name == "-bf16-mma"
-		flashPrefillWG = c.name == "-bf16"
+		flashPrefill = c.name == "-bf16" || c.name == "-bf16-wgmma"
+		flashPrefillWG = c.name == "-bf16-wgmma"
 		b.Run(fmt.Sprintf("attention-prefill%s/T=%d", c.name, T), func(b *testing.B) {
 			per := attention(b, 1, T, T, map[bool]int{true: T}[c.bf16])
 			tf := 4 * float64(H*Dh) * float64(T) * float64(T+1) / 2 / per / 1e12
