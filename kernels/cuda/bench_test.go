@@ -177,8 +177,8 @@ func BenchmarkKernels(b *testing.B) {
 				from, mt int
 			}{{"lb_mma_gemv_bulk1", mmaGemvTokens + 1, 2}, {"lb_mma_gemv_tiles1_m2", 1, 2}, {"lb_mma_gemv_tiles1_m4", 1, 4}} {
 				b.Run(fmt.Sprintf("gemv-bf16/%s/T=%d/%dx%d", v.name, T, sh.out, sh.in), func(b *testing.B) {
-					defer func(f, m int) { mmaTiles1From, mmaTiles1MT = f, m }(mmaTiles1From, mmaTiles1MT)
-					mmaTiles1From, mmaTiles1MT = v.from, v.mt
+					defer func(f, s, m int) { mmaTiles1From, mmaTiles1Spans, mmaTiles1MT = f, s, m }(mmaTiles1From, mmaTiles1Spans, mmaTiles1MT)
+					mmaTiles1From, mmaTiles1Spans, mmaTiles1MT = v.from, 0, v.mt
 					timeGraph(b, func(k *K) error {
 						return k.MatMulSharedBF16(x, T, []Buf{y}, []*Weight{dw})
 					}, float64(len(w.Data)))

@@ -24,10 +24,11 @@ import (
 // float32-activation contract on BF16-rounded inputs.
 func TestGemvBF16Terms(t *testing.T) {
 	d := openOrSkip(t)
-	defer func(groups, warps, ring, from, mt, tw, tr int) {
+	defer func(groups, warps, ring, from, spans, mt, tw, tr int) {
 		mmaBulk1Groups, mmaBulkWarps, mmaBulkRing = groups, warps, ring
-		mmaTiles1From, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring = from, mt, tw, tr
-	}(mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring)
+		mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring = from, spans, mt, tw, tr
+	}(mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring)
+	mmaTiles1Spans = 0
 	rng := rand.New(rand.NewPCG(11, 13))
 	for _, c := range []struct {
 		outs []int

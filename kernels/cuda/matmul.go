@@ -86,14 +86,21 @@ var mmaBulkGroups = 2
 // set it (0: never, so that the three-term kernels run those terms).
 var mmaBulk1Groups = mmaGemvTokens / 8
 
-// lb_mma_gemv_tiles1_m2 / _m4 (matmul_mma_bulk.cu) run BF16 terms of
-// mmaTiles1From tokens and more (up to mmaGemvTokens) on sm_90, in place of
-// lb_mma_gemv_bulk1: blocks of mmaTiles1MT row tiles (2 or 4) that read
-// each activation fragment once for all of them, of mmaTiles1Warps warps
-// (0: as many as fit, up to 8) and a ring of mmaTiles1Ring spans a warp.
-// Tests and benchmarks set them (mmaTiles1From above mmaGemvTokens: never).
+// lb_mma_gemv_tiles1_m2 (matmul_mma_bulk.cu) runs BF16 terms of
+// mmaTiles1From tokens and more (up to mmaGemvTokens) on inputs of more
+// than mmaTiles1Spans spans, on sm_90, in place of lb_mma_gemv_bulk1:
+// blocks of mmaTiles1MT row tiles (2; _m4 is 4) that read each activation
+// fragment once for all of them, of mmaTiles1Warps warps (0: as many as
+// fit, up to 8) and a ring of mmaTiles1Ring spans a warp. Measured on the
+// H200 (of the copy rate, lb_mma_gemv_bulk1 / _m2 / _m4): T=32 4096×4096
+// .531/.542/.277, 12288×4096 .524/.502/.347, 4096×12288 .357/.476/.299;
+// T=16 .738/.736/.490, .695/.666/.569, .731/.653/.518. So only the down
+// projection's 48 spans at more than 16 tokens, where lb_mma_gemv_bulk1's
+// span sums fill shared memory. Tests and benchmarks set them
+// (mmaTiles1From above mmaGemvTokens: never; mmaTiles1Spans 0: any input).
 var (
 	mmaTiles1From  = 17
+	mmaTiles1Spans = 16
 	mmaTiles1MT    = 2
 	mmaTiles1Warps = 0
 	mmaTiles1Ring  = 1
@@ -419,10 +426,10 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight) (bool, error) {
 // over the tiled weights ws, and reports whether it could: on sm_90, from
 // mmaTiles1From tokens, with room in shared memory.
 func (k *K) gemvTiles1(t Terms, ys []Buf, ws []*Weight) (bool, error) {
-	if t.nt != 1 || k.d.Major < 9 || t.T < mmaTiles1From || t.T > mmaGemvTokens {
+	spans := ((t.In+15)/16 + mmaSpan - 1) / mmaSpan
+	if t.nt != 1 || k.d.Major < 9 || t.T < mmaTiles1From || t.T > mmaGemvTokens || spans <= mmaTiles1Spans {
 		return false, nil
 	}
-	spans := ((t.In+15)/16 + mmaSpan - 1) / mmaSpan
 	mt, ring := mmaTiles1MT, max(1, min(mmaTiles1Ring, mmaBulkRingMax))
 	warps, shared, ok := tiles1Shape(mt, mmaTiles1Warps, ring, (t.T+7)/8, spans)
 	if !ok {
