@@ -50,7 +50,7 @@ func TestLaunchScriptArguments(t *testing.T) {
 	dir := argvEngine(t, LaunchOptions{Device: "cuda"})
 	base := []string{"serve", "/artifact", "--tokenizer", "/source", "--served-model-name", "local",
 		"--host", "127.0.0.1", "--port", "8123", "--max-model-len", "32768", "--gpu-memory-utilization", "0.9"}
-	tail := []string{"--kv-cache-dtype", "fp8", "--no-enable-prefix-caching", "--seed", "0", "--device", "cuda", "--prefill-activations", "bf16"}
+	tail := []string{"--kv-cache-dtype", "fp8", "--no-enable-prefix-caching", "--seed", "0", "--device", "cuda", "--prefill-activations", "bf16", "--decode-activations", "bf16"}
 	gen := []string{"--generation-config", "/source"}
 	cat := func(parts ...[]string) string {
 		var all []string
@@ -116,12 +116,18 @@ func TestLaunchOptions(t *testing.T) {
 	if _, err := LaunchScript(LaunchOptions{Device: "cpu", PrefillActivations: "bf16"}, "x"); err == nil {
 		t.Error("bf16 prefill on the CPU accepted")
 	}
-	if s, err := LaunchScript(LaunchOptions{Device: "cpu"}, "x"); err != nil || !strings.Contains(s, "--device cpu --prefill-activations float32") {
-		t.Errorf("the CPU's default prefill activations: %v", err)
+	if s, err := LaunchScript(LaunchOptions{Device: "cpu"}, "x"); err != nil || !strings.Contains(s, "--device cpu --prefill-activations float32 --decode-activations float32") {
+		t.Errorf("the CPU's default activations: %v", err)
+	}
+	if _, err := LaunchScript(LaunchOptions{PrefillActivations: "float32", DecodeActivations: "bf16"}, "x"); err == nil {
+		t.Error("bf16 decode after float32 prefill accepted")
+	}
+	if s, err := LaunchScript(LaunchOptions{DecodeActivations: "float32"}, "x"); err != nil || !strings.Contains(s, "--prefill-activations bf16 --decode-activations float32") {
+		t.Errorf("float32 decode after bf16 prefill: %v", err)
 	}
 	s, err := LaunchScript(LaunchOptions{MaxNumSeqs: 64, MaxNumBatchedTokens: 4096, PrefixCaching: true}, "x")
 	if err != nil || !strings.Contains(s, `"$GPU_MEMORY_UTILIZATION" --max-num-seqs 64 --max-num-batched-tokens 4096 \`) ||
-		!strings.Contains(s, "--device cuda --prefill-activations bf16") ||
+		!strings.Contains(s, "--device cuda --prefill-activations bf16 --decode-activations bf16") ||
 		strings.Contains(s, "--no-enable-prefix-caching") {
 		t.Errorf("baked settings missing: %v\n%s", err, s)
 	}

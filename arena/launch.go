@@ -31,6 +31,12 @@ type LaunchOptions struct {
 	// reference engine computes them; several times faster prefill) and
 	// float32 elsewhere.
 	PrefillActivations string
+	// DecodeActivations is lowbit serve's --decode-activations: "" is bf16
+	// where prefill activations are bf16 (generated tokens on BF16
+	// activations too, as the reference engine decodes; 2.80x instead of
+	// 2.64x transformers on the scaled serve workload, BENCHMARKS.md) and
+	// float32 elsewhere.
+	DecodeActivations string
 }
 
 // serveFlagsUsed are the `lowbit serve` flags launch.sh passes; each must
@@ -38,7 +44,7 @@ type LaunchOptions struct {
 // when LANGUAGE_MODEL_ONLY is set, so its absence is a warning.
 var serveFlagsUsed = []string{"tokenizer", "served-model-name", "host", "port", "max-model-len",
 	"gpu-memory-utilization", "max-num-seqs", "max-num-batched-tokens", "generation-config",
-	"kv-cache-dtype", "seed", "device", "no-enable-prefix-caching", "prefill-activations"}
+	"kv-cache-dtype", "seed", "device", "no-enable-prefix-caching", "prefill-activations", "decode-activations"}
 
 const languageModelOnlyFlag = "language-model-only"
 
@@ -63,6 +69,17 @@ func (o *LaunchOptions) fill() error {
 		}
 	default:
 		return fmt.Errorf("arena: prefill activations %q: choose float32 or bf16", o.PrefillActivations)
+	}
+	switch o.DecodeActivations {
+	case "":
+		o.DecodeActivations = o.PrefillActivations
+	case "float32":
+	case "bf16":
+		if o.PrefillActivations != "bf16" {
+			return fmt.Errorf("arena: decode activations bf16 need prefill activations bf16, not %s", o.PrefillActivations)
+		}
+	default:
+		return fmt.Errorf("arena: decode activations %q: choose float32 or bf16", o.DecodeActivations)
 	}
 	if o.MaxNumSeqs < 0 || o.MaxNumBatchedTokens < 0 {
 		return fmt.Errorf("arena: max-num-seqs %d and max-num-batched-tokens %d: want positive numbers (or 0 for lowbit serve's defaults)",
@@ -97,7 +114,7 @@ func LaunchScript(o LaunchOptions, version string) (string, error) {
 		batch += fmt.Sprintf(" --max-num-batched-tokens %d", o.MaxNumBatchedTokens)
 	}
 	r := strings.NewReplacer("@VERSION@", version, "@REQUIRED@", strings.Join(required, " "), "@DEVICE@", o.Device,
-		"@BATCH@", batch, "@PREFIX@", prefix, "@PREFILL@", o.PrefillActivations)
+		"@BATCH@", batch, "@PREFIX@", prefix, "@PREFILL@", o.PrefillActivations, "@DECODE@", o.DecodeActivations)
 	return r.Replace(launchTemplate), nil
 }
 
@@ -138,7 +155,7 @@ serve)
     --gpu-memory-utilization "$GPU_MEMORY_UTILIZATION"@BATCH@ \
     ${GENERATION_CONFIG:+--generation-config "$GENERATION_CONFIG"} \
     --kv-cache-dtype "$KV_CACHE_DTYPE"@PREFIX@ --seed 0 \
-    --device @DEVICE@ --prefill-activations @PREFILL@ \
+    --device @DEVICE@ --prefill-activations @PREFILL@ --decode-activations @DECODE@ \
     ${LANGUAGE_MODEL_ONLY:+--language-model-only}
   ;;
 *)

@@ -152,8 +152,8 @@ func engineReadme(r *EngineResult, o LowBArenaOptions) string {
 		batch = fmt.Sprintf("--max-num-seqs %d, --max-num-batched-tokens %d (0: lowbit serve's default)",
 			o.Launch.MaxNumSeqs, o.Launch.MaxNumBatchedTokens)
 	}
-	fmt.Fprintf(&sb, "Baked in: --device %s, --prefill-activations %s, --seed 0; batch limits: %s; prefix caching %s.\n\n",
-		o.Launch.Device, o.Launch.PrefillActivations, batch, prefix)
+	fmt.Fprintf(&sb, "Baked in: --device %s, --prefill-activations %s, --decode-activations %s, --seed 0; batch limits: %s; prefix caching %s.\n\n",
+		o.Launch.Device, o.Launch.PrefillActivations, o.Launch.DecodeActivations, batch, prefix)
 	sb.WriteString("| file | what it is |\n| --- | --- |\n")
 	sb.WriteString("| `launch.sh` | the arena's entry point |\n")
 	fmt.Fprintf(&sb, "| `bin/lowbit` | %s/%s, cgo, %s, %d bytes, sha256 %s", b.GOOS, b.GOARCH, b.GoVersion, b.Size, b.SHA256)

@@ -84,6 +84,7 @@ Check a LowBArena directory as the arena runs it: lowbit engine check DIR --arti
 	f.IntVar(&launch.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "bake --max-num-batched-tokens into launch.sh (default: lowbit serve's)")
 	f.BoolVar(&launch.PrefixCaching, "prefix-caching", false, "keep prefix caching on (the stock launch.sh turns vLLM's off)")
 	f.StringVar(&launch.PrefillActivations, "prefill-activations", "", "lowbit serve --prefill-activations in launch.sh: float32 or bf16 (default: bf16 on cuda, float32 otherwise)")
+	f.StringVar(&launch.DecodeActivations, "decode-activations", "", "lowbit serve --decode-activations in launch.sh: float32 or bf16 (default: the prefill activations)")
 	cmd.MarkFlagRequired("out")
 	cmd.MarkFlagRequired("target")
 	cmd.AddCommand(newEngineCheckCmd())
