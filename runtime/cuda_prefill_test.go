@@ -36,13 +36,7 @@ func TestCUDAPrefillBF16(t *testing.T) {
 	m := loadModel(t, dir, ops)
 	V := m.VocabSize()
 	refModel := loadModel(t, dir, kerneltest.BF16Activations(ops, func(w *kernels.Weight) bool { return w.Out != V }))
-	rng := rand.New(rand.NewPCG(3, 4))
-	seqs := make([][]int, 3)
-	for i, n := range []int{12, 7, 20} {
-		for range n {
-			seqs[i] = append(seqs[i], rng.IntN(151000))
-		}
-	}
+	seqs := bf16Sequences(3)
 	prompts := []int{9, 7, 14} // the rest are "generated" rows
 	fast, err := NewCUDAExecutor(m, d, 32, 4, kernels.KVBF16, WithPrefillBF16())
 	if err != nil {
@@ -69,7 +63,17 @@ func TestCUDAPrefillBF16(t *testing.T) {
 			t.Errorf("sequence %d without prompt rows: the BF16-prefill executor differs from the float32 one (max |Δ| %.3g)", i, maxDiff(a[i], b[i]))
 		}
 	}
-	gpu := stepsCase(t, fast, seqs, all, steps, V)
+	matchBF16Reference(t, "BF16 prefill", stepsCase(t, fast, seqs, all, steps, V), m, refModel, seqs, all, steps)
+}
+
+// matchBF16Reference requires a GPU executor's logits (gpu, of stepsCase on
+// seqs, prompts and steps) to be within 1e-3 of the largest logit of the
+// CPU forward of refModel (m with kerneltest.BF16Activations: the same
+// numerics), and logs their distance to m's float32 forward. what names
+// the executor's mode.
+func matchBF16Reference(t *testing.T, what string, gpu [][]float32, m, refModel *Model, seqs [][]int, prompts []int, steps [][]int) {
+	t.Helper()
+	V := m.VocabSize()
 	refPool, err := refModel.NewKVPool(32, 4, kernels.KVBF16)
 	if err != nil {
 		t.Fatal(err)
@@ -78,19 +82,31 @@ func TestCUDAPrefillBF16(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, f32 := stepsCase(t, refPool, seqs, all, steps, V), stepsCase(t, pool, seqs, all, steps, V)
+	ref, f32 := stepsCase(t, refPool, seqs, prompts, steps, V), stepsCase(t, pool, seqs, prompts, steps, V)
 	for i := range seqs {
 		var scale float64
 		for _, x := range ref[i] {
 			scale = max(scale, math.Abs(float64(x)))
 		}
 		diff := maxDiff(ref[i], gpu[i])
-		t.Logf("sequence %d: max |Δ logit| GPU BF16 prefill vs the CPU with BF16 activations %.3g, vs the CPU's float32 forward %.3g (logits up to %.3g)",
-			i, diff, maxDiff(f32[i], gpu[i]), scale)
+		t.Logf("sequence %d: max |Δ logit| GPU %s vs the CPU with BF16 activations %.3g, vs the CPU's float32 forward %.3g (logits up to %.3g)",
+			i, what, diff, maxDiff(f32[i], gpu[i]), scale)
 		if diff > 1e-3*max(scale, 1) {
-			t.Errorf("sequence %d: BF16-prefill logits differ from the same numerics on the CPU by %.3g, want <= %.3g", i, diff, 1e-3*max(scale, 1))
+			t.Errorf("sequence %d: %s logits differ from the same numerics on the CPU by %.3g, want <= %.3g", i, what, diff, 1e-3*max(scale, 1))
 		}
 	}
+}
+
+// bf16Sequences returns three random sequences of 12, 7 and 20 tokens.
+func bf16Sequences(seed uint64) [][]int {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	seqs := make([][]int, 3)
+	for i, n := range []int{12, 7, 20} {
+		for range n {
+			seqs[i] = append(seqs[i], rng.IntN(151000))
+		}
+	}
+	return seqs
 }
 
 // TestCUDABF16Activations: WithBF16Activations, every row on BF16
@@ -113,13 +129,7 @@ func TestCUDABF16Activations(t *testing.T) {
 	m := loadModel(t, dir, ops)
 	V := m.VocabSize()
 	refModel := loadModel(t, dir, kerneltest.BF16Activations(ops, func(*kernels.Weight) bool { return true }))
-	rng := rand.New(rand.NewPCG(5, 6))
-	seqs := make([][]int, 3)
-	for i, n := range []int{12, 7, 20} {
-		for range n {
-			seqs[i] = append(seqs[i], rng.IntN(151000))
-		}
-	}
+	seqs := bf16Sequences(5)
 	prompts := []int{9, 7, 14}
 	fast, err := NewCUDAExecutor(m, d, 32, 4, kernels.KVBF16, WithBF16Activations())
 	if err != nil {
@@ -135,26 +145,5 @@ func TestCUDABF16Activations(t *testing.T) {
 	}
 	none := []int{0, 0, 0}
 	steps := [][]int{{3, 2, 8}, {4, 3, 9}, {12, 7, 20}}
-	gpu := stepsCase(t, fast, seqs, none, steps, V)
-	refPool, err := refModel.NewKVPool(32, 4, kernels.KVBF16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := m.NewKVPool(32, 4, kernels.KVBF16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, f32 := stepsCase(t, refPool, seqs, none, steps, V), stepsCase(t, pool, seqs, none, steps, V)
-	for i := range seqs {
-		var scale float64
-		for _, x := range ref[i] {
-			scale = max(scale, math.Abs(float64(x)))
-		}
-		diff := maxDiff(ref[i], gpu[i])
-		t.Logf("sequence %d: max |Δ logit| GPU BF16 activations vs the CPU with BF16 activations %.3g, vs the CPU's float32 forward %.3g (logits up to %.3g)",
-			i, diff, maxDiff(f32[i], gpu[i]), scale)
-		if diff > 1e-3*max(scale, 1) {
-			t.Errorf("sequence %d: BF16-activation logits differ from the same numerics on the CPU by %.3g, want <= %.3g", i, diff, 1e-3*max(scale, 1))
-		}
-	}
+	matchBF16Reference(t, "BF16 activations", stepsCase(t, fast, seqs, none, steps, V), m, refModel, seqs, none, steps)
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/lowbit-ai/lowbit/format"
-	"github.com/lowbit-ai/lowbit/kernels"
 )
 
 // TestGemvBF16Terms: BF16 activations (Terms of one term). MatMulSharedBF16
@@ -36,23 +35,7 @@ func TestGemvBF16Terms(t *testing.T) {
 	}{
 		{[]int{19}, 33}, {[]int{200, 72, 300}, 1040}, {[]int{4096, 1024, 1024}, 4096}, {[]int{384}, 12288},
 	} {
-		var dws []*Weight
-		var ys []Buf
-		for _, out := range c.outs {
-			data := make([]byte, 2*out*c.in)
-			for i := 0; i < out*c.in; i++ {
-				binary.LittleEndian.PutUint16(data[2*i:], format.BF16FromFloat32(float32(rng.NormFloat64()*0.05)))
-			}
-			dw, err := d.UploadWeight(&kernels.Weight{Format: kernels.WeightBF16, Out: out, In: c.in, Data: data, Act: kernels.ActNone})
-			if err != nil {
-				t.Fatal(err)
-			}
-			y, err := d.Alloc(4 * mmaGemvTokens * out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dws, ys = append(dws, dw), append(ys, y)
-		}
+		dws, ys := gemvWeights(t, d, rng, c.outs, c.in, 0)
 		x, xb := make([]float32, mmaGemvTokens*c.in), make([]float32, mmaGemvTokens*c.in)
 		for tk := range mmaGemvTokens {
 			mag := math.Exp2(float64(rng.IntN(13) - 6))
@@ -77,28 +60,12 @@ func TestGemvBF16Terms(t *testing.T) {
 		}
 		xd, xbd := upload(x), upload(xb)
 		run := func(xin Buf, T int, bf16 bool) [][]byte {
-			err := d.Run(func(k *K) error {
-				for _, y := range ys {
-					if err := k.Poison(y); err != nil {
-						return err
-					}
-				}
+			return poisonedRun(t, d, ys, func(k *K) error {
 				if bf16 {
 					return k.MatMulSharedBF16(xin, T, ys, dws)
 				}
 				return k.MatMulShared(xin, T, ys, dws)
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make([][]byte, len(ys))
-			for i, y := range ys {
-				got[i] = make([]byte, y.Bytes())
-				if err := d.Download(got[i], y); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return got
 		}
 		never := mmaGemvTokens + 1
 		for T := 1; T <= mmaGemvTokens; T++ {

@@ -41,23 +41,7 @@ func TestGemvKernels(t *testing.T) {
 		{[]int{48}, 16}, {[]int{19}, 33}, {[]int{200, 72, 300}, 1040}, {[]int{1, 17, 129}, 2320},
 		{[]int{130, 260}, 4112}, {[]int{4096, 1024, 1024}, 4096}, {[]int{384}, 12288},
 	} {
-		var dws []*Weight
-		var ys []Buf
-		for _, out := range c.outs {
-			data := make([]byte, 2*out*c.in)
-			for i := 0; i < out*c.in; i++ {
-				binary.LittleEndian.PutUint16(data[2*i:], format.BF16FromFloat32(float32(rng.NormFloat64()*0.05)))
-			}
-			dw, err := d.UploadWeight(&kernels.Weight{Format: kernels.WeightBF16, Out: out, In: c.in, Data: data, Act: kernels.ActNone})
-			if err != nil {
-				t.Fatal(err)
-			}
-			y, err := d.Alloc(4 * (mmaGemvTokens*out + guard))
-			if err != nil {
-				t.Fatal(err)
-			}
-			dws, ys = append(dws, dw), append(ys, y)
-		}
+		dws, ys := gemvWeights(t, d, rng, c.outs, c.in, guard)
 		// Rows of different magnitudes, a few large values, some zeros.
 		x := make([]float32, mmaGemvTokens*c.in)
 		for tk := range mmaGemvTokens {
@@ -82,25 +66,7 @@ func TestGemvKernels(t *testing.T) {
 		}
 		run := func(T, from, groups, warps, ring int) [][]byte {
 			mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing = from, groups, warps, ring
-			err := d.Run(func(k *K) error {
-				for _, y := range ys {
-					if err := k.Poison(y); err != nil {
-						return err
-					}
-				}
-				return k.MatMulShared(xd, T, ys, dws)
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make([][]byte, len(ys))
-			for i, y := range ys {
-				got[i] = make([]byte, y.Bytes())
-				if err := d.Download(got[i], y); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return got
+			return poisonedRun(t, d, ys, func(k *K) error { return k.MatMulShared(xd, T, ys, dws) })
 		}
 		for T := 1; T <= mmaGemvTokens; T++ {
 			old := run(T, mmaGemvTokens+1, 0, 0, 0)
@@ -211,6 +177,55 @@ func TestBulkShape(t *testing.T) {
 			t.Errorf("matmul_mma_bulk.cu does not define %s as %d", name, v)
 		}
 	}
+}
+
+// gemvWeights uploads random BF16 weights [out, in] for each of outs
+// (normal, σ 0.05) and allocates an output for each of mmaGemvTokens rows
+// and guard floats more.
+func gemvWeights(t *testing.T, d *Device, rng *rand.Rand, outs []int, in, guard int) ([]*Weight, []Buf) {
+	t.Helper()
+	var dws []*Weight
+	var ys []Buf
+	for _, out := range outs {
+		data := make([]byte, 2*out*in)
+		for i := 0; i < out*in; i++ {
+			binary.LittleEndian.PutUint16(data[2*i:], format.BF16FromFloat32(float32(rng.NormFloat64()*0.05)))
+		}
+		dw, err := d.UploadWeight(&kernels.Weight{Format: kernels.WeightBF16, Out: out, In: in, Data: data, Act: kernels.ActNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := d.Alloc(4 * (mmaGemvTokens*out + guard))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dws, ys = append(dws, dw), append(ys, y)
+	}
+	return dws, ys
+}
+
+// poisonedRun poisons the outputs ys, runs f and returns what ys then hold.
+func poisonedRun(t *testing.T, d *Device, ys []Buf, f func(k *K) error) [][]byte {
+	t.Helper()
+	err := d.Run(func(k *K) error {
+		for _, y := range ys {
+			if err := k.Poison(y); err != nil {
+				return err
+			}
+		}
+		return f(k)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([][]byte, len(ys))
+	for i, y := range ys {
+		got[i] = make([]byte, y.Bytes())
+		if err := d.Download(got[i], y); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
 }
 
 // kernelSource returns the kernels' CUDA source.
