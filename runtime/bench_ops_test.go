@@ -88,13 +88,6 @@ func (o *timedOps) MatMuls(x []float32, T int, ys [][]float32, ws []*kernels.Wei
 	o.add(name, t0, n)
 }
 
-// Prefetch passes the hint on untimed: it only records the weights.
-func (o *timedOps) Prefetch(ws []*kernels.Weight) {
-	if p, ok := o.Ops.(prefetcher); ok {
-		p.Prefetch(ws)
-	}
-}
-
 func (o *timedOps) RMSNorm(y, x, weight []float32, T, D int, eps float32, zc bool) {
 	t0 := time.Now()
 	o.Ops.RMSNorm(y, x, weight, T, D, eps, zc)

@@ -86,7 +86,6 @@ type scratch struct {
 	// the call does not allocate them.
 	ys [3][]float32
 	ws [3]*kernels.Weight
-	pf [3]*kernels.Weight // the argument of a Prefetch call
 }
 
 // matMuls is implemented by kernels that run several products of one input
@@ -106,25 +105,6 @@ func (b *scratch) matMulShared(ops kernels.Ops, x []float32, T, n int) {
 	for i := range n {
 		ops.MatMul(b.ys[i], x, T, b.ws[i])
 	}
-}
-
-// prefetcher is implemented by kernels that can read the weights of the
-// next matmul ahead while latency-bound ops (attention, norms, the Go side)
-// leave the memory bus idle (kernels/cpu). It changes no result.
-type prefetcher interface {
-	Prefetch(ws []*kernels.Weight)
-}
-
-// prefetch names the next matmul's weights (up to three, in the order the
-// matmul takes them) to kernels that can read them ahead.
-func (b *scratch) prefetch(ops kernels.Ops, ws ...*kernels.Weight) {
-	p, ok := ops.(prefetcher)
-	if !ok {
-		return
-	}
-	// Copied into b so that the call does not allocate.
-	n := copy(b.pf[:], ws)
-	p.Prefetch(b.pf[:n])
 }
 
 // scratch returns buffers for a forward of t tokens.
@@ -263,10 +243,6 @@ func (m *Model) forwardBatch(pool *KVPool, batch []BatchEntry, hook func(layer i
 			t++
 		}
 	}
-	if len(m.layers) > 0 {
-		ly := &m.layers[0]
-		b.prefetch(m.ops, &ly.q, &ly.k, &ly.v)
-	}
 	for i := range m.layers {
 		m.layer(pool, i, b, batch, T, obs)
 		if hook != nil {
@@ -347,7 +323,6 @@ func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int
 	observe(obs, i, ObserveAttnInput, h, T)
 	b.ys, b.ws = [3][]float32{q, k, v}, [3]*kernels.Weight{&ly.q, &ly.k, &ly.v}
 	b.matMulShared(ops, h, T, 3)
-	b.prefetch(ops, &ly.o) // read during attention
 	if d.qkNorm {
 		ops.RMSNorm(q, q, ly.qNorm, T*d.heads, d.headDim, d.eps, false)
 		ops.RMSNorm(k, k, ly.kNorm, T*d.kvHeads, d.headDim, d.eps, false)
@@ -367,7 +342,6 @@ func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int
 	}
 	observe(obs, i, ObserveOProjInput, att, T)
 	ops.MatMul(h, att, T, &ly.o)
-	b.prefetch(ops, &ly.gate, &ly.up)
 	ops.Add(x, x, h, T*D)
 
 	ops.RMSNorm(h, x, ly.postNorm, T, D, d.eps, false)
@@ -375,15 +349,8 @@ func (m *Model) layer(pool *KVPool, i int, b *scratch, batch []BatchEntry, T int
 	g, u := b.gate[:T*d.inter], b.up[:T*d.inter]
 	b.ys, b.ws = [3][]float32{g, u}, [3]*kernels.Weight{&ly.gate, &ly.up}
 	b.matMulShared(ops, h, T, 2)
-	b.prefetch(ops, &ly.down)
 	ops.SiLUMul(g, g, u, T*d.inter)
 	observe(obs, i, ObserveDownInput, g, T)
 	ops.MatMul(h, g, T, &ly.down)
-	if i+1 < len(m.layers) {
-		next := &m.layers[i+1]
-		b.prefetch(ops, &next.q, &next.k, &next.v)
-	} else {
-		b.prefetch(ops, &m.lmHead)
-	}
 	ops.Add(x, x, h, T*D)
 }

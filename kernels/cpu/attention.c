@@ -92,8 +92,6 @@ typedef struct att_job {
 	float *part;         // split mode: [off[T]][H] partial records
 	float *scratch;      // per thread: scores [nh][LB_ATT_CHUNK], 4 decoded rows [Dh], 2 records [nh]
 	int64_t scratch_stride;
-	lb_hint *hint;     // the next matmul's weights (prefetch.c)
-	int64_t hint_rows; // rows of them to prefetch per 4 positions
 } att_job;
 
 static inline float e4m3_value(uint8_t c) {
@@ -181,9 +179,6 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 	for (int64_t i = j0; i < e; i += 4) {
 		int64_t nb = e - i < 4 ? e - i : 4;
 		for (int64_t x = 0; x < 4; x++) kv_prefetch(j, j->k, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
-		// Attention leaves the bus about a third idle: read ahead for
-		// the o projection meanwhile.
-		if (j->hint_rows > 0) lb_hint_step(j->hint, j->hint_rows);
 		for (int64_t kk = 0; kk < nkv; kk++) {
 			const float *rows[4];
 			kv_rows4(j, j->k, j->kscale, i, nb, kh0 + kk, buf, rows);
@@ -211,7 +206,6 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 	for (int64_t i = j0; i < e; i += 4) {
 		int64_t nb = e - i < 4 ? e - i : 4;
 		for (int64_t x = 0; x < 4; x++) kv_prefetch(j, j->v, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
-		if (j->hint_rows > 0) lb_hint_step(j->hint, j->hint_rows);
 		for (int64_t kk = 0; kk < nkv; kk++) {
 			const float *rows[4];
 			kv_rows4(j, j->v, j->vscale, i, nb, kh0 + kk, buf, rows);
@@ -402,8 +396,7 @@ int lb_attention(lb_ctx *c, float *out, const float *q, const uint8_t *k, const 
 		}
 	}
 	att_job j = {out,   q,     k,    v,     dtype, kscale, vscale, T,    start,   H,
-	             KVH,   Dh,    scale, nkv,  ps,    rows,   off,    tok,  part, scratch, stride,
-	             lb_pool_hint(c->pool), c->hint_att};
+	             KVH,   Dh,    scale, nkv,  ps,    rows,   off,    tok,  part, scratch, stride};
 	lb_task fn = split ? att_split_generic : att_whole_generic;
 #ifdef LB_X86
 	if (c->isa == LB_ISA_AVX512) fn = split ? att_split_avx512 : att_whole_avx512;

@@ -30,16 +30,6 @@ int lb_ctx_new(lb_ctx **out, int isa, int threads) {
 	if (!c) return LB_ERR_NOMEM;
 	c->isa = isa;
 	c->threads = threads;
-	c->hint_bytes = LB_HINT_BYTES;
-	c->hint_att = LB_HINT_ATT;
-	// Experiment knobs (temporary).
-	const char *e = getenv("LB_HINT_KB");
-	if (e) c->hint_bytes = atoll(e) * 1024;
-	c->hint_head = LB_HINT_HEAD;
-	e = getenv("LB_HINT_HEAD");
-	if (e) c->hint_head = atoll(e);
-	e = getenv("LB_HINT_ATT");
-	if (e) c->hint_att = atoll(e);
 	c->pool = lb_pool_new(threads);
 	if (!c->pool) {
 		free(c);
@@ -54,23 +44,6 @@ void lb_ctx_free(lb_ctx *c) {
 	lb_pool_free(c->pool);
 	free(c->scratch);
 	free(c);
-}
-
-void lb_prefetch_next(lb_ctx *c, int n, const uintptr_t *data, const int64_t *dbytes, const uintptr_t *scales,
-                      const int64_t *sbytes, const int64_t *out, const int64_t *in) {
-	lb_hint *h = lb_pool_hint(c->pool);
-	if (n <= 0 || c->hint_bytes <= 0) {
-		lb_hint_clear(h);
-		return;
-	}
-	// Each weight's rows a task as a decode MatMul splits them (matmul.c).
-	int64_t rpt[3] = {0, 0, 0};
-	for (int i = 0; i < n && i < 3; i++) {
-		int64_t groups = (out[i] + LB_MM_R - 1) / LB_MM_R;
-		int64_t ntasks = lb_tasks(c, (double)out[i] * (double)in[i], groups);
-		rpt[i] = LB_MM_R * ((groups + ntasks - 1) / ntasks);
-	}
-	lb_hint_set(h, n > 3 ? 3 : n, data, dbytes, scales, sbytes, out, rpt, c->hint_head, c->hint_bytes);
 }
 
 void *lb_scratch(lb_ctx *c, size_t bytes) {

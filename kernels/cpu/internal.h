@@ -7,7 +7,6 @@
 #ifndef LB_INTERNAL_H
 #define LB_INTERNAL_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -29,38 +28,6 @@
 #endif
 
 // ---------------------------------------------------------------------------
-// prefetch.c: the weights of the next matmul, which idle threads and
-// attention prefetch into L2 (the file says why). Up to three weights, as
-// lb_matmul3 runs them; every field is atomic because readers race the
-// writer on purpose (a torn read only prefetches a wrong row).
-
-// The most bytes a hint prefetches, and the rows of it an attention task
-// prefetches for every 4 positions it reads.
-#define LB_HINT_BYTES (1024 * 1024)
-#define LB_HINT_ATT 1
-#define LB_HINT_HEAD 0
-
-typedef struct lb_hint {
-	_Atomic uintptr_t data[3], scales[3];
-	_Atomic int64_t dbytes[3], sbytes[3], out[3];
-	_Atomic int64_t rpt[3];   // rows of the matmul's tasks (T = 1)
-	_Atomic int64_t head;     // rows at the start of every task to prefetch; 0: a prefix of the matmul
-	_Atomic int64_t first[4]; // weight i's rows are claims first[i] .. first[i+1]-1
-	_Atomic int64_t next;     // the next row to claim
-	_Atomic int64_t rows;     // rows to prefetch in all; 0: no hint
-} lb_hint;
-
-// lb_hint_set replaces the hint by the first rows of n weights (data and
-// scales addresses and sizes, out rows each), at most cap bytes in all.
-void lb_hint_set(lb_hint *h, int n, const uintptr_t *data, const int64_t *dbytes, const uintptr_t *scales,
-                 const int64_t *sbytes, const int64_t *out, const int64_t *rpt, int64_t head, int64_t cap);
-// lb_hint_clear drops the hint: a matmul clears it as it starts.
-void lb_hint_clear(lb_hint *h);
-// lb_hint_step claims and prefetches up to n rows of the hint; it returns 0
-// when none was left.
-int lb_hint_step(lb_hint *h, int64_t n);
-
-// ---------------------------------------------------------------------------
 // threadpool.c
 
 typedef struct lb_pool lb_pool;
@@ -74,9 +41,6 @@ int lb_pool_threads(const lb_pool *p);
 // lb_pool_run runs tasks 0..ntasks-1, each exactly once, on the pool's
 // threads and the caller, and returns when all are done.
 void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task fn, void *arg);
-// lb_pool_hint is the pool's prefetch hint, which its workers work through
-// while they wait for a job.
-lb_hint *lb_pool_hint(lb_pool *p);
 
 // ---------------------------------------------------------------------------
 // context.c
@@ -87,9 +51,6 @@ struct lb_ctx {
 	lb_pool *pool;
 	void *scratch; // 64-byte aligned, grown on demand, never shrunk
 	size_t scratch_bytes;
-	int64_t hint_bytes; // the most a hint prefetches (lb_prefetch_next)
-	int64_t hint_att;   // rows of the hint an attention task prefetches per 4 positions
-	int64_t hint_head;  // rows at the start of each task of the next matmul to prefetch; 0: a prefix
 };
 
 // lb_scratch returns at least `bytes` bytes of the context's scratch memory

@@ -46,15 +46,6 @@ int lb_matmul3(lb_ctx *c, int n, const float *x, int64_t T, int fmt, int64_t in,
                float *y1, int64_t out1, const uint8_t *d1, const float *s1, float g1,
                float *y2, int64_t out2, const uint8_t *d2, const float *s2, float g2);
 
-// context.c: lb_prefetch_next names the weights the next lb_matmul or
-// lb_matmul3 will read (n of them, in its order: data and scales addresses,
-// their sizes in bytes, and rows), so that idle threads and attention can
-// start reading them into L2 (prefetch.c). Addresses are only prefetched,
-// never dereferenced; the hint changes no result and lasts until the next
-// matmul starts.
-void lb_prefetch_next(lb_ctx *c, int n, const uintptr_t *data, const int64_t *dbytes, const uintptr_t *scales,
-                      const int64_t *sbytes, const int64_t *out, const int64_t *in);
-
 // cpu_features.c: lb_vbmi reports whether the AVX-512 path uses its VBMI
 // variant (the FP8 MatMul's): the CPU has VBMI and lb_set_vbmi(0) has not
 // turned it off, which tests do to run the plain AVX-512 one on a VBMI CPU.

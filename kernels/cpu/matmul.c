@@ -97,7 +97,6 @@ static int64_t mm_rows_per_task(const lb_ctx *c, const lb_mm *m) {
 int lb_matmul(lb_ctx *c, float *y, const float *x, int64_t T, int fmt, int64_t out, int64_t in,
               const uint8_t *data, const float *scales, float global_scale, int act, float input_scale) {
 	if (T <= 0) return LB_OK;
-	lb_hint_clear(lb_pool_hint(c->pool)); // the hint was for this matmul
 	lb_mm m = {T, in, out, x, NULL, data, scales, fmt, fmt == LB_W_NVFP4 ? global_scale : 1.0f, y};
 	int rc = mm_prep(c, &m, x, act, input_scale);
 	if (rc != LB_OK) return rc;
@@ -130,7 +129,6 @@ int lb_matmul3(lb_ctx *c, int n, const float *x, int64_t T, int fmt, int64_t in,
                float *y1, int64_t out1, const uint8_t *d1, const float *s1, float g1,
                float *y2, int64_t out2, const uint8_t *d2, const float *s2, float g2) {
 	if (T <= 0 || n <= 0) return LB_OK;
-	lb_hint_clear(lb_pool_hint(c->pool)); // the hint was for this matmul
 	float *ys[3] = {y0, y1, y2};
 	int64_t outs[3] = {out0, out1, out2};
 	const uint8_t *ds[3] = {d0, d1, d2};

@@ -207,28 +207,6 @@ func (o *Ops) MatMuls(x []float32, T int, ys [][]float32, ws []*kernels.Weight) 
 		y[2], out[2], data[2], scales[2], global[2]))
 }
 
-// Prefetch names the weights the next MatMul or MatMuls will read (up to
-// three, in the order MatMuls takes them; nil or none drops the hint):
-// until it starts, the pool's idle threads and attention read their first
-// rows into L2, while latency-bound work leaves the memory bus idle. It
-// changes no result. The runtime calls it after each matmul of a decoder
-// layer.
-func (o *Ops) Prefetch(ws []*kernels.Weight) {
-	var data, scales [3]C.uintptr_t
-	var dbytes, sbytes, out, in [3]C.int64_t
-	n := min(len(ws), 3)
-	for i, w := range ws[:n] {
-		// Addresses, not pointers: C only prefetches them, after this
-		// call returns too.
-		data[i] = C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(w.Data))))
-		scales[i] = C.uintptr_t(uintptr(unsafe.Pointer(unsafe.SliceData(w.Scales))))
-		dbytes[i], sbytes[i], out[i], in[i] = C.int64_t(len(w.Data)), C.int64_t(4*len(w.Scales)), C.int64_t(w.Out), C.int64_t(w.In)
-	}
-	o.lock()
-	defer o.mu.Unlock()
-	C.lb_prefetch_next(o.ctx, C.int(n), &data[0], &dbytes[0], &scales[0], &sbytes[0], &out[0], &in[0])
-}
-
 // shareInput reports whether the weights quantize and read x alike.
 func shareInput(ws []*kernels.Weight) bool {
 	for _, w := range ws[1:] {

@@ -69,8 +69,6 @@ struct lb_pool {
 	_Atomic(void *) arg;
 	_Atomic int64_t ntasks;
 	_Atomic int64_t done;
-
-	lb_hint hint; // prefetched by idle workers (prefetch.c)
 };
 
 static inline void cpu_relax(void) {
@@ -116,10 +114,6 @@ static uint32_t wait_job(lb_pool *p, uint32_t seen) {
 		for (uint32_t i = 1;; i++) {
 			uint32_t g = gen_of(p);
 			if (g != seen) return g;
-			// An idle worker reads ahead for the next matmul, a row
-			// at a time so that it sees a new job within a row's
-			// prefetches.
-			if (lb_hint_step(&p->hint, 1)) continue;
 			cpu_relax();
 			if ((i & 1023) == 0 && now_ns() > deadline) break;
 		}
@@ -200,8 +194,6 @@ void lb_pool_free(lb_pool *p) {
 
 int lb_pool_threads(const lb_pool *p) { return p->threads; }
 
-lb_hint *lb_pool_hint(lb_pool *p) { return &p->hint; }
-
 void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task fn, void *arg) {
 	if (ntasks <= 0) return;
 	if (p->threads == 1 || ntasks == 1) {
@@ -224,7 +216,6 @@ void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task fn, void *arg) {
 	publish(p, gen);
 	run_tasks(p, gen, 0);
 	for (uint32_t i = 1; atomic_load_explicit(&p->done, memory_order_acquire) < ntasks; i++) {
-		if (lb_hint_step(&p->hint, 1)) continue; // waiting is idle time too
 		cpu_relax();
 		if (i > 4096 || !p->spin) sched_yield();
 	}
