@@ -31,7 +31,8 @@ func BenchmarkDecodeOps(b *testing.B) {
 				timed := &timedOps{Ops: ops, stats: map[string]*opStat{}}
 				st.m.ops = timed
 				defer func() { st.m.ops = ops }()
-				step := st.decodeSteps(b) / time.Duration(b.N)
+				elapsed, _ := st.decodeSteps(b)
+				step := elapsed / time.Duration(b.N)
 				timed.report(b, step, b.N)
 			})
 		}
