@@ -27,15 +27,8 @@ import (
 // cost on this random tiny model.
 func TestCUDAPrefillBF16(t *testing.T) {
 	d := cudaDevice(t)
-	ops, err := cpu.New()
-	if err != nil {
-		t.Skip(err)
-	}
-	defer ops.Close()
-	dir := tinyModel(t, checkpoint.Qwen3)
-	m := loadModel(t, dir, ops)
+	m, refModel := bf16Models(t, false)
 	V := m.VocabSize()
-	refModel := loadModel(t, dir, kerneltest.BF16Activations(ops, func(w *kernels.Weight) bool { return w.Out != V }))
 	seqs := bf16Sequences(3)
 	prompts := []int{9, 7, 14} // the rest are "generated" rows
 	fast, err := NewCUDAExecutor(m, d, 32, 4, kernels.KVBF16, WithPrefillBF16())
@@ -97,6 +90,22 @@ func matchBF16Reference(t *testing.T, what string, gpu [][]float32, m, refModel 
 	}
 }
 
+// bf16Models loads the tiny Qwen3 model on the CPU's kernels, and beside it
+// the reference with BF16 activations (kerneltest.BF16Activations) before
+// every layer matmul, and before the lm_head too when head.
+func bf16Models(t *testing.T, head bool) (m, ref *Model) {
+	t.Helper()
+	ops, err := cpu.New()
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { ops.Close() })
+	dir := tinyModel(t, checkpoint.Qwen3)
+	m = loadModel(t, dir, ops)
+	V := m.VocabSize()
+	return m, loadModel(t, dir, kerneltest.BF16Activations(ops, func(w *kernels.Weight) bool { return head || w.Out != V }))
+}
+
 // bf16Sequences returns three random sequences of 12, 7 and 20 tokens.
 func bf16Sequences(seed uint64) [][]int {
 	rng := rand.New(rand.NewPCG(seed, seed+1))
@@ -120,15 +129,8 @@ func bf16Sequences(seed uint64) [][]int {
 // same reason.
 func TestCUDABF16Activations(t *testing.T) {
 	d := cudaDevice(t)
-	ops, err := cpu.New()
-	if err != nil {
-		t.Skip(err)
-	}
-	defer ops.Close()
-	dir := tinyModel(t, checkpoint.Qwen3)
-	m := loadModel(t, dir, ops)
+	m, refModel := bf16Models(t, true)
 	V := m.VocabSize()
-	refModel := loadModel(t, dir, kerneltest.BF16Activations(ops, func(*kernels.Weight) bool { return true }))
 	seqs := bf16Sequences(5)
 	prompts := []int{9, 7, 14}
 	fast, err := NewCUDAExecutor(m, d, 32, 4, kernels.KVBF16, WithBF16Activations())
