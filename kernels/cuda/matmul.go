@@ -435,7 +435,11 @@ func (k *K) gemvTiles1(t Terms, ys []Buf, ws []*Weight) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	return true, k.gemvLaunches(ys, ws, fmt.Sprintf("lb_mma_gemv_tiles1_m%d", mt), 16*mt, 32*warps, 1, shared,
+	name := "lb_mma_gemv_tiles1_m2" // tiles1Shape took mt: 2 or 4
+	if mt == 4 {
+		name = "lb_mma_gemv_tiles1_m4"
+	}
+	return true, k.gemvLaunches(ys, ws, name, 16*mt, 32*warps, 1, shared,
 		ptrArg(t.buf.ptr), intArg(t.T), intArg(t.In), intArg(ring))
 }
 
