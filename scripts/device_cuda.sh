@@ -147,20 +147,25 @@ echo "== LowBArena workloads on the Qwen3-8B shape, scaled (interactive: 8 of 32
 # SERVE_BATCHED lists --max-num-batched-tokens values to run each with (0,
 # the default: lowbit serve's own).
 # PREFILL_ACTS "all" runs every row on BF16 activations (--prefill-activations
-# bf16 --decode-activations bf16).
+# bf16 --decode-activations bf16). SERVE_SCHED lists --scheduling values
+# (default: auto, lowbit serve's own).
 for act in ${PREFILL_ACTS:-float32 bf16}; do
 for bt in ${SERVE_BATCHED:-0}; do
-flags=() tag=$act
-[ "$bt" = 0 ] || flags=(--max-num-batched-tokens "$bt") tag=$act-b$bt
-echo "-- prefill activations $act, max-num-batched-tokens ${flags[1]:-default}" | tee -a "$work"
+for sch in ${SERVE_SCHED:-auto}; do
+flags=(--scheduling "$sch") tag=$act
+[ "$bt" = 0 ] || flags+=(--max-num-batched-tokens "$bt") tag=$act-b$bt
+[ "$sch" = auto ] || tag=$tag-$sch
+echo "-- prefill activations $act, max-num-batched-tokens ${flags[3]:-default}, scheduling $sch" | tee -a "$work"
 acts=(--prefill-activations "$act")
 [ "$act" = all ] && acts=(--prefill-activations bf16 --decode-activations bf16)
 serve q8 /tmp/lowbit-bench-qwen3-8b/bf16 8013 --max-model-len 16448 "${acts[@]}" "${flags[@]}"
-# Another step size changes only the batched workloads: interactive once.
-[ "$bt" = 0 ] && workload interactive-$tag 8013 --workload random --random-input-len 1024 --random-output-len 256 --num-prompts 8 --max-concurrency 1
+# Another step size or scheduling changes only the batched workloads:
+# interactive once.
+[ "$bt" = 0 ] && [ "$sch" = "${SERVE_SCHED%% *}" -o -z "$SERVE_SCHED" ] && workload interactive-$tag 8013 --workload random --random-input-len 1024 --random-output-len 256 --num-prompts 8 --max-concurrency 1
 workload serve-$tag 8013 --workload random --random-input-len 8192 --random-output-len 128 --num-prompts 32 --max-concurrency 32
 workload long_context-$tag 8013 --workload random --random-input-len 16000 --random-output-len 64 --num-prompts 16 --max-concurrency 16
 kill $pid; wait $pid 2>/dev/null
+done
 done
 done
 grep -E "engine" "$out/serve.log" | head -4

@@ -63,6 +63,7 @@ SIGINT or SIGTERM stops accepting requests and drains those in flight.`,
 	f.StringVar(&c.Device, "device", "auto", "auto (a GPU when one is usable, else the CPU), cpu or cuda")
 	f.StringVar(&c.PrefillActivations, "prefill-activations", "float32", "float32 (every row with the CPU's numerics) or bf16 (GPU: prompt tokens on BF16 activations, cuBLASLt GEMMs and BF16 attention, as vLLM computes; faster prefill, a second copy of the BF16 weights)")
 	f.StringVar(&c.DecodeActivations, "decode-activations", "float32", "float32 (generated tokens with the CPU's numerics) or bf16 (GPU, with --prefill-activations bf16: generated tokens' linear layers and attention on BF16 activations too, as vLLM decodes; faster decode steps)")
+	f.StringVar(&c.Scheduling, "scheduling", "auto", "mixed (generated tokens ride beside prompt chunks, as vLLM's chunked prefill), prefill-first (prompt chunks run alone while any can start; generated tokens wait, as SGLang's default; more throughput where prompt rows run other kernels than generated ones) or auto (prefill-first with --prefill-activations bf16, else mixed)")
 	f.IntVar(&c.Threads, "threads", 0, "CPU threads (default: all)")
 	f.BoolVar(&c.NoMmap, "no-mmap", false, noMmapHelp+"; CPU device only")
 	var seed int64

@@ -7,6 +7,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/lowbit-ai/lowbit/kernels"
 	"github.com/lowbit-ai/lowbit/runtime"
@@ -55,10 +56,60 @@ type Config struct {
 	// of prompt positions, so that a block found there holds what the
 	// request would have computed itself.
 	PromptNumerics bool
+	// Scheduling says whether generated tokens ride beside prompt chunks
+	// (Mixed, the default) or wait for them (PrefillFirst).
+	Scheduling Scheduling
 	// NewExecutor makes the executor that owns the KV cache and runs the
 	// forwards (runtime.NewCUDAExecutor on a GPU); nil runs on the CPU
 	// with the model's kernels (a runtime.KVPool).
 	NewExecutor func(blocks, blockSize int, dtype kernels.KVDType) (runtime.Executor, error)
+}
+
+// Scheduling is the engine's choice of work for a step when both prompts
+// and generated tokens are waiting for one.
+type Scheduling int
+
+const (
+	// Mixed: the running sequences' next tokens first, then prompt chunks
+	// in the token budget left (vLLM's chunked prefill). Generated tokens
+	// never wait for a prompt, and on an executor that computes every row
+	// with the same kernels they share the step's pass over the weights.
+	Mixed Scheduling = iota
+	// PrefillFirst: while a prompt (or a preempted sequence's recompute)
+	// can run, a step runs prompt chunks only and the running sequences'
+	// next tokens wait (SGLang's default). For throughput where prompt
+	// rows run other kernels than generated ones (Config.PromptNumerics):
+	// there a generated row beside a prompt chunk reads every weight again
+	// in its own kernels, so it saves no pass over the weights, and
+	// starting the batch's sequences together keeps the last decode steps
+	// full. Generated tokens wait at most until the running set reaches
+	// MaxNumSeqs or the KV cache fills.
+	PrefillFirst
+)
+
+// ParseScheduling reads a --scheduling value: mixed, prefill-first, or auto
+// (PrefillFirst when promptNumerics, else Mixed).
+func ParseScheduling(s string, promptNumerics bool) (Scheduling, error) {
+	switch s {
+	case "", "auto":
+		if promptNumerics {
+			return PrefillFirst, nil
+		}
+		return Mixed, nil
+	case "mixed":
+		return Mixed, nil
+	case "prefill-first":
+		return PrefillFirst, nil
+	}
+	return 0, fmt.Errorf("engine: scheduling %q: want auto, mixed or prefill-first", s)
+}
+
+// String is the name ParseScheduling reads.
+func (s Scheduling) String() string {
+	if s == PrefillFirst {
+		return "prefill-first"
+	}
+	return "mixed"
 }
 
 // Request is one generation request in token ids.

@@ -306,13 +306,31 @@ func (e *Engine) chunkOf(s *seqState, budget int) int {
 // schedule picks this step's work: running requests first (in order,
 // preempting from the back when blocks run out), then waiting ones in
 // arrival order while sequences, tokens and blocks last.
+//
+// Under PrefillFirst, while prefillPending a step leaves out the running
+// sequences that have only their next token to compute; if that leaves
+// nothing to run (the prompt chunk preempted itself for blocks the
+// sequences left out hold), the step is mixed.
 func (e *Engine) schedule() ([]runtime.BatchEntry, []*seqState) {
+	if e.cfg.Scheduling == PrefillFirst && e.prefillPending() {
+		if batch, sched := e.scheduleSome(true); len(batch) > 0 {
+			return batch, sched
+		}
+	}
+	return e.scheduleSome(false)
+}
+
+// scheduleSome is schedule, leaving out generated tokens when prefillOnly.
+func (e *Engine) scheduleSome(prefillOnly bool) ([]runtime.BatchEntry, []*seqState) {
 	budget := e.cfg.MaxNumBatchedTokens
 	var batch []runtime.BatchEntry
 	var sched []*seqState
 	preempted := false
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
+		if prefillOnly && len(s.tokens)-s.computed == 1 {
+			continue
+		}
 		n := e.chunkOf(s, budget)
 		need := e.blocksFor(s.computed+n) - len(s.table)
 		for need > e.bm.numFree() {
@@ -359,6 +377,26 @@ func (e *Engine) schedule() ([]runtime.BatchEntry, []*seqState) {
 		budget -= n
 	}
 	return batch, sched
+}
+
+// prefillPending reports whether a step has prompt work to run: a running
+// sequence with more than its next token to compute (a long prompt's next
+// chunk, or a preempted sequence's recompute), or a waiting one that can be
+// admitted now. The blocks its first chunk needs are counted without the
+// prefix cache's hits, so it may answer false where admission would
+// succeed; the step is then mixed and admits it anyway.
+func (e *Engine) prefillPending() bool {
+	for _, s := range e.running {
+		if len(s.tokens)-s.computed > 1 {
+			return true
+		}
+	}
+	if len(e.waiting) == 0 || len(e.running) >= e.cfg.MaxNumSeqs {
+		return false
+	}
+	s := e.waiting[0]
+	n := e.chunkOf(s, e.cfg.MaxNumBatchedTokens)
+	return e.blocksFor(s.computed+n)-len(s.table) <= e.bm.numFree()
 }
 
 // entry returns s's batch entry for its next n tokens.

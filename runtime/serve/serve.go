@@ -55,10 +55,13 @@ type Config struct {
 	// with PrefillActivations bf16: generated rows on BF16 activations
 	// too, runtime.WithBF16Activations).
 	DecodeActivations string
-	Threads           int  // CPU threads; 0 is all
-	NoMmap            bool // runtime.LoadOptions.NoMmap on the CPU; ignored on a GPU, which holds its own copy
-	Version           string
-	Log               *slog.Logger
+	// Scheduling is "auto" (or ""), "mixed" or "prefill-first"
+	// (engine.ParseScheduling; auto is prefill-first with BF16 prefill).
+	Scheduling string
+	Threads    int  // CPU threads; 0 is all
+	NoMmap     bool // runtime.LoadOptions.NoMmap on the CPU; ignored on a GPU, which holds its own copy
+	Version    string
+	Log        *slog.Logger
 	// Ready, when set, is called with the listening address once the
 	// server accepts connections.
 	Ready func(addr string)
@@ -185,7 +188,8 @@ func Start(c Config, log *slog.Logger) (_ *Started, err error) {
 	log.Info("engine", "device", st.Device, "kv_cache_dtype", eng.KVDType().String(),
 		"kv_blocks", eng.Stats().KVBlocksTotal, "block_size", ecfg.BlockSize,
 		"kv_positions", eng.Stats().KVBlocksTotal*ecfg.BlockSize, "max_model_len", ecfg.MaxModelLen,
-		"max_num_seqs", ecfg.MaxNumSeqs, "max_num_batched_tokens", ecfg.MaxNumBatchedTokens)
+		"max_num_seqs", ecfg.MaxNumSeqs, "max_num_batched_tokens", ecfg.MaxNumBatchedTokens,
+		"scheduling", ecfg.Scheduling.String())
 
 	opts, err := serverOptions(c, ecfg.MaxModelLen)
 	if err != nil {
@@ -224,8 +228,8 @@ func serverOptions(c Config, maxModelLen int) (server.Options, error) {
 
 // engineConfig sizes the engine: its limits from the flags (with defaults
 // suited to the device) and the KV cache from the memory settings.
-func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops) (engine.Config, error) {
-	e := engine.Config{MaxModelLen: c.MaxModelLen, MaxNumSeqs: c.MaxNumSeqs, MaxNumBatchedTokens: c.MaxNumBatchedTokens,
+func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops) (e engine.Config, err error) {
+	e = engine.Config{MaxModelLen: c.MaxModelLen, MaxNumSeqs: c.MaxNumSeqs, MaxNumBatchedTokens: c.MaxNumBatchedTokens,
 		BlockSize: c.BlockSize, KVCacheDType: c.KVCacheDType, DisablePrefixCaching: c.DisablePrefixCaching}
 	var bf16Prefill bool
 	switch c.PrefillActivations {
@@ -249,6 +253,9 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 	default:
 		return e, fmt.Errorf("serve: --decode-activations %q: want float32 or bf16", c.DecodeActivations)
 	}
+	if e.Scheduling, err = engine.ParseScheduling(c.Scheduling, e.PromptNumerics); err != nil {
+		return e, fmt.Errorf("serve: --scheduling: %w", err)
+	}
 	if e.MaxModelLen == 0 {
 		e.MaxModelLen = m.MaxPositions()
 	}
@@ -264,8 +271,8 @@ func engineConfig(c Config, m *runtime.Model, dev *cuda.Device, ops kernels.Ops)
 	if e.MaxNumBatchedTokens == 0 {
 		// 8,192 on a GPU, as LowBArena's stock engine runs vLLM (and vLLM's
 		// own default for a server on a large GPU): a long prompt in few
-		// steps, and the decode rows beside each chunk read the weights
-		// once a step, so fewer steps cost less.
+		// steps, each reading the weights once for its prompt rows and
+		// once for any generated rows beside them.
 		e.MaxNumBatchedTokens = 8192
 		if dev == nil {
 			e.MaxNumBatchedTokens = 512

@@ -265,20 +265,22 @@ func TestNoMmap(t *testing.T) {
 	}
 }
 
-// TestActivationFlags: the activation flags are checked before anything
-// is loaded: BF16 prefill needs a GPU, BF16 decode needs BF16 prefill, and
-// anything but float32 or bf16 is refused by name.
+// TestActivationFlags: the activation and scheduling flags are checked
+// before anything is loaded: BF16 prefill needs a GPU, BF16 decode needs
+// BF16 prefill, and anything but float32 or bf16, or a scheduling other
+// than auto, mixed or prefill-first, is refused by name.
 func TestActivationFlags(t *testing.T) {
-	for _, c := range []struct{ prefill, decode, want string }{
-		{"bf16", "", "needs a GPU"},
-		{"", "bf16", "--decode-activations bf16 needs --prefill-activations bf16"},
-		{"float32", "bf16", "--decode-activations bf16 needs --prefill-activations bf16"},
-		{"fp16", "", `--prefill-activations "fp16"`},
-		{"", "bf8", `--decode-activations "bf8"`},
+	for _, c := range []struct{ prefill, decode, scheduling, want string }{
+		{"bf16", "", "", "needs a GPU"},
+		{"", "bf16", "", "--decode-activations bf16 needs --prefill-activations bf16"},
+		{"float32", "bf16", "", "--decode-activations bf16 needs --prefill-activations bf16"},
+		{"fp16", "", "", `--prefill-activations "fp16"`},
+		{"", "bf8", "", `--decode-activations "bf8"`},
+		{"", "", "fcfs", `--scheduling: engine: scheduling "fcfs"`},
 	} {
-		_, err := engineConfig(Config{PrefillActivations: c.prefill, DecodeActivations: c.decode}, nil, nil, nil)
+		_, err := engineConfig(Config{PrefillActivations: c.prefill, DecodeActivations: c.decode, Scheduling: c.scheduling}, nil, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("prefill %q, decode %q: error %v, want one saying %q", c.prefill, c.decode, err, c.want)
+			t.Errorf("prefill %q, decode %q, scheduling %q: error %v, want one saying %q", c.prefill, c.decode, c.scheduling, err, c.want)
 		}
 	}
 }
