@@ -199,8 +199,24 @@ func (k *K) AddRMSNorm(x, h, y, w Buf, T, D int, eps float32, zeroCentered bool)
 		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(y.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc))
 }
 
-// qkNormRoPEWarps is qk_norm_rope.cu's QKR_WARPS.
-const qkNormRoPEWarps = 32
+// qkNormRoPEWarps and qkNormRoPEWarpsW are qk_norm_rope.cu's QKR_WARPS and
+// QKRW_WARPS.
+const qkNormRoPEWarps, qkNormRoPEWarpsW = 32, 8
+
+// qkNormRoPEByWarp runs lb_qk_norm_rope_w (a warp a head) where the shape
+// allows (qkNormRoPEWarpFits); a test hook turns it off to compare it with
+// lb_qk_norm_rope.
+var qkNormRoPEByWarp = true
+
+// qkNormRoPEWarpFits says whether lb_qk_norm_rope_w takes a head of Dh
+// elements with rot rotated: the (Dh, rot) pairs of its switch.
+func qkNormRoPEWarpFits(Dh, rot int) bool {
+	switch [2]int{Dh, rot} {
+	case [2]int{64, 64}, [2]int{128, 64}, [2]int{128, 128}, [2]int{256, 64}, [2]int{256, 128}, [2]int{256, 256}:
+		return true
+	}
+	return false
+}
 
 // QKNormRoPE takes a batch's q [T, H, Dh], k and v [T, KVH, Dh] to the
 // attention's inputs in one launch (qk_norm_rope.cu): q and k heads
@@ -227,12 +243,16 @@ func (k *K) QKNormRoPE(q, kk, v, qw, kw Buf, qkNorm bool, eps float32, p *KVPool
 		}
 		b.Rope = table
 	}
-	table := b.Rope
-	return k.d.launch("lb_qk_norm_rope", [3]int{T, 1, 1}, [3]int{32 * qkNormRoPEWarps, 1, 1}, 0,
-		ptrArg(q.ptr), ptrArg(kk.ptr), ptrArg(v.ptr), ptrArg(qw.ptr), ptrArg(kw.ptr), intArg(qn), f32Arg(eps),
-		ptrArg(b.Pos.ptr), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), intArg(rotaryDim), ptrArg(table.ptr),
+	args := []arg{ptrArg(q.ptr), ptrArg(kk.ptr), ptrArg(v.ptr), ptrArg(qw.ptr), ptrArg(kw.ptr), intArg(qn), f32Arg(eps),
+		ptrArg(b.Pos.ptr), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), intArg(rotaryDim), ptrArg(b.Rope.ptr),
 		ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale),
-		ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr), intArg(p.BlockSize))
+		ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr), intArg(p.BlockSize)}
+	if qkNormRoPEByWarp && qkNormRoPEWarpFits(p.HeadDim, rotaryDim) {
+		units := T * (H + 2*p.KVHeads)
+		return k.d.launch("lb_qk_norm_rope_w", grid1(units, qkNormRoPEWarpsW), [3]int{32 * qkNormRoPEWarpsW, 1, 1}, 0,
+			append(args, intArg(T))...)
+	}
+	return k.d.launch("lb_qk_norm_rope", [3]int{T, 1, 1}, [3]int{32 * qkNormRoPEWarps, 1, 1}, 0, args...)
 }
 
 // RoPETable writes into table (T·rotaryDim float32s: a (cos, sin) pair a
