@@ -112,8 +112,11 @@ func TestQKNormRoPE(t *testing.T) {
 				outQ, outK := fromBytes(gq), fromBytes(gk)
 				for t0 := range T {
 					for h := range H + KVH {
-						src, w, out := q[(t0*H+h)*Dh:], qw, outQ[(t0*H+h)*Dh:]
-						if h >= H {
+						var src, w, out []float32
+						if h < H {
+							off := (t0*H + h) * Dh
+							src, w, out = q[off:], qw, outQ[off:]
+						} else {
 							off := (t0*KVH + h - H) * Dh
 							src, w, out = kk[off:], kw, outK[off:]
 						}
