@@ -112,11 +112,9 @@ var (
 // memory, mmaRows1Warps a block (0: about one block an SM, up to
 // mmaRows1WarpsMax) and mmaRows1Ring stages (0: as many as fit, up to
 // mmaRows1RingMax). Tests and benchmarks set them (mmaRows1From above
-// mmaGemvTokens: never). Off: on the H200 it ran at 0.12-0.49 of the copy
-// rate where lb_mma_gemv_bulk1 and _tiles1_m2 reach 0.36-0.88
-// (BENCHMARKS.md).
+// mmaGemvTokens: never).
 var (
-	mmaRows1From  = mmaGemvTokens + 1
+	mmaRows1From  = 17
 	mmaRows1Warps = 0
 	mmaRows1Ring  = 0
 )

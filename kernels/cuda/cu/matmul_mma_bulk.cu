@@ -55,15 +55,13 @@ __device__ __forceinline__ void mbar_expect(u64 *bar, u32 bytes) {
 	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 }
 
-// bulk_fence orders the shared memory reads this thread saw (ordinary
-// loads: the generic proxy) before its next asynchronous writes there.
-__device__ __forceinline__ void bulk_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
 // bulk_load copies bytes (a multiple of 16, both addresses 16-byte
 // aligned) from global to shared memory, counting them against bar's
-// expected transfers (mbar_expect) as they land. A slot that ordinary
-// loads read before needs bulk_fence first.
+// expected transfers (mbar_expect) as they land.
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, u32 bytes, u64 *bar) {
+	// The slot's previous contents were read by ordinary loads (the generic
+	// proxy); order those reads before the asynchronous write.
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
 	                 smem_u32(dst)),
 	             "l"(src), "r"(bytes), "r"(smem_u32(bar))
@@ -73,7 +71,6 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, u32 bytes,
 // bulk_copy is bulk_load with its own arrival on bar, expecting the bytes:
 // the copy completes the barrier's phase when they have landed.
 __device__ __forceinline__ void bulk_copy(void *dst, const void *src, u32 bytes, u64 *bar) {
-	bulk_fence();
 	mbar_expect(bar, bytes);
 	bulk_load(dst, src, bytes, bar);
 }

@@ -54,7 +54,6 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_ROWS_WARPS, 1)
 		int nch = min(MMA_SPAN, nc - k * MMA_SPAN);
 		if (lane == 0) mbar_expect(&bars[k % ring], ng * nch * 256 + tiles * nch * 512);
 		__syncwarp();
-		bulk_fence(); // one a lane for all its copies, not one a copy
 	};
 	auto load_w = [&](int k) {
 		int st = k % ring, c0 = k * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
