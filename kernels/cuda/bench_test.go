@@ -175,16 +175,10 @@ func BenchmarkKernels(b *testing.B) {
 			for _, v := range []struct {
 				name     string
 				from, mt int
-			}{{"lb_mma_gemv_bulk1", mmaGemvTokens + 1, 2}, {"lb_mma_gemv_tiles1_m2", 1, 2}, {"lb_mma_gemv_tiles1_m4", 1, 4},
-				{"lb_mma_gemv_rows1", 0, 0}} {
+			}{{"lb_mma_gemv_bulk1", mmaGemvTokens + 1, 2}, {"lb_mma_gemv_tiles1_m2", 1, 2}, {"lb_mma_gemv_tiles1_m4", 1, 4}} {
 				b.Run(fmt.Sprintf("gemv-bf16/%s/T=%d/%dx%d", v.name, T, sh.out, sh.in), func(b *testing.B) {
-					defer func(f, s, m, r int) {
-						mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaRows1From = f, s, m, r
-					}(mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaRows1From)
-					mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaRows1From = v.from, 0, v.mt, mmaGemvTokens+1
-					if v.mt == 0 { // lb_mma_gemv_rows1
-						mmaTiles1From, mmaTiles1MT, mmaRows1From = mmaGemvTokens+1, 2, 1
-					}
+					defer func(f, s, m int) { mmaTiles1From, mmaTiles1Spans, mmaTiles1MT = f, s, m }(mmaTiles1From, mmaTiles1Spans, mmaTiles1MT)
+					mmaTiles1From, mmaTiles1Spans, mmaTiles1MT = v.from, 0, v.mt
 					timeGraph(b, func(k *K) error {
 						return k.MatMulSharedBF16(x, T, []Buf{y}, []*Weight{dw})
 					}, float64(len(w.Data)))

@@ -17,19 +17,16 @@ import (
 // rounded to the nearest BF16 on the host, for T = 1 to 32: on
 // lb_mma_gemv_bulk1 in blocks of 8, 5 and 4 warps and rings of 1 and 2, and
 // on lb_mma_gemv_tiles1 (2 and 4 row tiles a block; warps as many as fit,
-// or 3: the spans split unevenly; rings of 1 and 2), on lb_mma_gemv_rows1
-// (its default shape; 3, 5 and 12 warps; rings of 1 to 4), and on the three-term
+// or 3: the spans split unevenly; rings of 1 and 2), and on the three-term
 // kernels reading the one-term buffer (mmaBulk1Groups 0), whose mid and lo
 // terms must be zeros. So the one-term path computes exactly the
 // float32-activation contract on BF16-rounded inputs.
 func TestGemvBF16Terms(t *testing.T) {
 	d := openOrSkip(t)
-	defer func(groups, warps, ring, from, spans, mt, tw, tr, rf, rw, rr int) {
+	defer func(groups, warps, ring, from, spans, mt, tw, tr int) {
 		mmaBulk1Groups, mmaBulkWarps, mmaBulkRing = groups, warps, ring
 		mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring = from, spans, mt, tw, tr
-		mmaRows1From, mmaRows1Warps, mmaRows1Ring = rf, rw, rr
-	}(mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring,
-		mmaRows1From, mmaRows1Warps, mmaRows1Ring)
+	}(mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring)
 	mmaTiles1Spans = 0
 	rng := rand.New(rand.NewPCG(11, 13))
 	for _, c := range []struct {
@@ -72,34 +69,28 @@ func TestGemvBF16Terms(t *testing.T) {
 		}
 		never := mmaGemvTokens + 1
 		for T := 1; T <= mmaGemvTokens; T++ {
-			mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From, mmaRows1From = 0, 0, 1, never, never
+			mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From = 0, 0, 1, never
 			want := run(xbd, T, false)
 			for _, v := range []struct {
 				name                string
 				groups, warps, ring int
 				from, mt            int // lb_mma_gemv_tiles1 from T = from, mt tiles a block
-				rows                int // lb_mma_gemv_rows1 from T = rows
 			}{
-				{"three-term kernels on one term", 0, 0, 1, never, 2, never},
-				{"lb_mma_gemv_bulk1, 8 warps", mmaGemvTokens / 8, 8, 1 + T%2, never, 2, never},
-				{"lb_mma_gemv_bulk1, 5 warps", mmaGemvTokens / 8, 5, 1 + (T+1)%2, never, 2, never},
-				{"lb_mma_gemv_bulk1, 4 warps", mmaGemvTokens / 8, 4, 1 + T%2, never, 2, never},
-				{"lb_mma_gemv_bulk1, default shape", mmaGemvTokens / 8, 0, 1, never, 2, never},
-				{"lb_mma_gemv_tiles1_m2, warps that fit", 0, 0, 1 + T%2, 1, 2, never},
-				{"lb_mma_gemv_tiles1_m2, 3 warps", 0, 3, 1 + (T+1)%2, 1, 2, never},
-				{"lb_mma_gemv_tiles1_m4, warps that fit", 0, 0, 1 + (T+1)%2, 1, 4, never},
-				{"lb_mma_gemv_tiles1_m4, 3 warps", 0, 3, 1 + T%2, 1, 4, never},
-				{"lb_mma_gemv_rows1, default shape", 0, 0, 0, never, 2, 1},
-				{"lb_mma_gemv_rows1, 3 warps", 0, 3, 1 + T%2, never, 2, 1},
-				{"lb_mma_gemv_rows1, 5 warps", 0, 5, 3 + T%2, never, 2, 1},
-				{"lb_mma_gemv_rows1, 12 warps", 0, 12, 2, never, 2, 1},
+				{"three-term kernels on one term", 0, 0, 1, never, 2},
+				{"lb_mma_gemv_bulk1, 8 warps", mmaGemvTokens / 8, 8, 1 + T%2, never, 2},
+				{"lb_mma_gemv_bulk1, 5 warps", mmaGemvTokens / 8, 5, 1 + (T+1)%2, never, 2},
+				{"lb_mma_gemv_bulk1, 4 warps", mmaGemvTokens / 8, 4, 1 + T%2, never, 2},
+				{"lb_mma_gemv_bulk1, default shape", mmaGemvTokens / 8, 0, 1, never, 2},
+				{"lb_mma_gemv_tiles1_m2, warps that fit", 0, 0, 1 + T%2, 1, 2},
+				{"lb_mma_gemv_tiles1_m2, 3 warps", 0, 3, 1 + (T+1)%2, 1, 2},
+				{"lb_mma_gemv_tiles1_m4, warps that fit", 0, 0, 1 + (T+1)%2, 1, 4},
+				{"lb_mma_gemv_tiles1_m4, 3 warps", 0, 3, 1 + T%2, 1, 4},
 			} {
-				if d.Major < 9 && (v.groups > 0 || v.from <= mmaGemvTokens || v.rows <= mmaGemvTokens) {
+				if d.Major < 9 && (v.groups > 0 || v.from <= mmaGemvTokens) {
 					continue
 				}
 				mmaBulk1Groups, mmaBulkWarps, mmaBulkRing = v.groups, v.warps, v.ring
 				mmaTiles1From, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring = v.from, v.mt, v.warps, v.ring
-				mmaRows1From, mmaRows1Warps, mmaRows1Ring = v.rows, v.warps, v.ring
 				got := run(xd, T, true)
 				for i, out := range c.outs {
 					if bytes.Equal(want[i][:4*T*out], got[i][:4*T*out]) {

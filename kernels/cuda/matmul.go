@@ -106,22 +106,6 @@ var (
 	mmaTiles1Ring  = 1
 )
 
-// lb_mma_gemv_rows1 (matmul_mma_rows.cu) runs BF16 terms of mmaRows1From
-// tokens and more (up to mmaGemvTokens) on sm_90, ahead of the kernels
-// above: blocks of row tiles that share each span's activations in shared
-// memory, mmaRows1Warps a block (0: about one block an SM, up to
-// mmaRows1WarpsMax) and mmaRows1Ring stages (0: as many as fit, up to
-// mmaRows1RingMax). Tests and benchmarks set them (mmaRows1From above
-// mmaGemvTokens: never).
-var (
-	mmaRows1From  = 17
-	mmaRows1Warps = 0
-	mmaRows1Ring  = 0
-)
-
-// MMA_ROWS_WARPS and MMA_ROWS_RING_MAX of matmul_mma_rows.cu.
-const mmaRows1WarpsMax, mmaRows1RingMax = 12, 4
-
 // lb_mma_gemv_bulk's block (warps, up to mmaBulkWarpsMax = MMA_BULK_WARPS
 // in matmul_mma_bulk.cu, and no more than the input's spans) and ring
 // (spans in flight a warp, up to mmaBulkRingMax = MMA_BULK_RING_MAX): one
@@ -382,9 +366,6 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
-	if ok, err := k.gemvRows1(t, ys, ws); ok {
-		return err
-	}
 	if ok, err := k.gemvTiles1(t, ys, ws); ok {
 		return err
 	}
@@ -439,44 +420,6 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight) (bool, error) {
 	}
 	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
 		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
-}
-
-// gemvRows1 launches lb_mma_gemv_rows1 for the BF16 terms t over the
-// tiled weights ws, and reports whether it could: on sm_90, from
-// mmaRows1From tokens.
-func (k *K) gemvRows1(t Terms, ys []Buf, ws []*Weight) (bool, error) {
-	if t.nt != 1 || k.d.Major < 9 || t.T < mmaRows1From || t.T > mmaGemvTokens {
-		return false, nil
-	}
-	tiles := 0 // the first launch's row tiles (gemvLaunches: up to three weights)
-	for _, w := range ws[:min(3, len(ws))] {
-		tiles += (w.Out + 15) / 16
-	}
-	warps, ring, shared := rows1Shape(tiles, (t.T+7)/8, k.d.SMs, mmaRows1Warps, mmaRows1Ring)
-	return true, k.gemvLaunches(ys, ws, "lb_mma_gemv_rows1", 16*warps, 32*warps, 1, shared,
-		ptrArg(t.buf.ptr), intArg(t.T), intArg(t.In), intArg(ring))
-}
-
-// rows1Shape returns lb_mma_gemv_rows1's warps a block (as asked, or 0:
-// enough row tiles a block for about one block an SM), its ring of stages
-// (as asked, or 0: as many as fit, up to mmaRows1RingMax) and its shared
-// memory, for groups token groups: a stage holds the span's activation
-// terms (4 KB a group) and a weight span a warp (8 KB). Fewer warps where
-// two stages would not fit.
-func rows1Shape(tiles, groups, sms, warps, ring int) (int, int, int) {
-	if warps == 0 {
-		warps = (tiles + sms - 1) / sms
-	}
-	warps = max(1, min(warps, mmaRows1WarpsMax))
-	stage := func(w int) int { return groups*mmaSpan*256 + w*mmaSpan*512 }
-	for warps > 1 && 2*stage(warps) > maxBlockShared-1024 {
-		warps--
-	}
-	if ring == 0 {
-		ring = (maxBlockShared - 1024) / stage(warps)
-	}
-	ring = max(1, min(ring, mmaRows1RingMax))
-	return warps, ring, ring * stage(warps)
 }
 
 // gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t

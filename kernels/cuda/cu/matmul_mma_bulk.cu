@@ -49,30 +49,19 @@ __device__ __forceinline__ void mbar_init(u64 *bar, u32 count) {
 	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
-// mbar_expect arrives on bar, adding bytes to the transfers its phase
-// waits for.
-__device__ __forceinline__ void mbar_expect(u64 *bar, u32 bytes) {
-	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-// bulk_load copies bytes (a multiple of 16, both addresses 16-byte
-// aligned) from global to shared memory, counting them against bar's
-// expected transfers (mbar_expect) as they land.
-__device__ __forceinline__ void bulk_load(void *dst, const void *src, u32 bytes, u64 *bar) {
+// bulk_copy copies bytes (a multiple of 16, both addresses 16-byte
+// aligned) from global to shared memory; it arrives on bar, expecting the
+// bytes, and the copy completes the barrier's phase when they have landed.
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, u32 bytes, u64 *bar) {
+	u32 b = smem_u32(bar);
 	// The slot's previous contents were read by ordinary loads (the generic
 	// proxy); order those reads before the asynchronous write.
 	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
 	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
 	                 smem_u32(dst)),
-	             "l"(src), "r"(bytes), "r"(smem_u32(bar))
+	             "l"(src), "r"(bytes), "r"(b)
 	             : "memory");
-}
-
-// bulk_copy is bulk_load with its own arrival on bar, expecting the bytes:
-// the copy completes the barrier's phase when they have landed.
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, u32 bytes, u64 *bar) {
-	mbar_expect(bar, bytes);
-	bulk_load(dst, src, bytes, bar);
 }
 
 // mbar_wait returns once bar has completed the phase of the given parity.
