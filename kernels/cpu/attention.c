@@ -28,7 +28,9 @@
 //
 // Variants: the q·k dot product and the P·v accumulation per code path:
 // _avx512 (16 lanes, FMA, masked tail), _avx2 (8 lanes, FMA), _generic
-// (8 scalar lanes, multiply then add). The dot product sums lane i mod L in
+// (8 scalar lanes, multiply then add), and the decode of a BF16 or E4M3
+// row (kvdec: _avx512 vectorizes both, _avx2 BF16; the same values on every
+// path, TestKVDecode). The dot product sums lane i mod L in
 // order of i and then the lanes pairwise, so it depends only on Dh; four
 // positions' dot products run side by side (their FMA chains overlap, each
 // in its own order). The fold is plain C, the same on every path.
@@ -112,28 +114,32 @@ static void e4m3_lut_init(void) {
 	for (int c = 0; c < 256; c++) e4m3_lut[c] = e4m3_value((uint8_t)c);
 }
 
-// kv_row returns position i, KV head kh of a pool as float32: a pointer
-// into a float32 pool, or row decoded into buf.
-static inline const float *kv_row(const att_job *j, const uint8_t *pool, float sc, int64_t i, int64_t kh,
-                                  float *buf) {
-	int64_t off = (j->rows[i] * j->KVH + kh) * j->Dh;
-	switch (j->dtype) {
-	case LB_KV_BF16: {
-		const uint16_t *p = (const uint16_t *)pool + off;
-		for (int64_t d = 0; d < j->Dh; d++) {
+// A path's kvdec writes n elements of a BF16 or E4M3 cache row as
+// float32 into dst: the BF16 values, or each E4M3 value times sc (one
+// float32 product). Exact but for that product's rounding, which every
+// path does once: the same values on every path.
+typedef void (*kvdec_fn)(float *dst, const uint8_t *src, int64_t n, int dtype, float sc);
+
+static void kvdec_generic(float *dst, const uint8_t *src, int64_t n, int dtype, float sc) {
+	if (dtype == LB_KV_BF16) {
+		const uint16_t *p = (const uint16_t *)src;
+		for (int64_t d = 0; d < n; d++) {
 			uint32_t u = (uint32_t)p[d] << 16;
-			memcpy(buf + d, &u, 4);
+			memcpy(dst + d, &u, 4);
 		}
-		return buf;
+		return;
 	}
-	case LB_KV_FP8: {
-		const uint8_t *p = pool + off;
-		for (int64_t d = 0; d < j->Dh; d++) buf[d] = e4m3_lut[p[d]] * sc;
-		return buf;
-	}
-	default:
-		return (const float *)pool + off;
-	}
+	for (int64_t d = 0; d < n; d++) dst[d] = e4m3_lut[src[d]] * sc;
+}
+
+// kv_row returns position i, KV head kh of a pool as float32: a pointer
+// into a float32 pool, or the row decoded into buf by dec.
+LB_INLINE const float *kv_row(const att_job *j, const uint8_t *pool, float sc, int64_t i, int64_t kh, float *buf,
+                              kvdec_fn dec) {
+	int64_t off = (j->rows[i] * j->KVH + kh) * j->Dh;
+	if (j->dtype == LB_KV_F32) return (const float *)pool + off;
+	dec(buf, pool + off * (j->dtype == LB_KV_BF16 ? 2 : 1), j->Dh, j->dtype, sc);
+	return buf;
 }
 
 // A path supplies dot4, four dot products of a with rows b[0..3], each
@@ -164,12 +170,12 @@ LB_INLINE void kv_prefetch(const att_job *j, const uint8_t *pool, int64_t i, int
 // (decoded into buf where the cache is not float32); rows past nb repeat
 // the first, whose products att_chunk's callers never use.
 LB_INLINE void kv_rows4(const att_job *j, const uint8_t *pool, float sc, int64_t i, int64_t nb, int64_t kh, float *buf,
-                        const float *rows[4]) {
-	for (int64_t x = 0; x < 4; x++) rows[x] = x < nb ? kv_row(j, pool, sc, i + x, kh, buf + x * j->Dh) : rows[0];
+                        const float *rows[4], kvdec_fn dec) {
+	for (int64_t x = 0; x < 4; x++) rows[x] = x < nb ? kv_row(j, pool, sc, i + x, kh, buf + x * j->Dh, dec) : rows[0];
 }
 
 LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, float *r, float *ws, dot4_fn dot4,
-                         axpy_fn axpy) {
+                         axpy_fn axpy, kvdec_fn dec) {
 	const int64_t G = j->H / j->KVH, nkv = j->nkv, nh = nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
 	const int64_t j0 = c * CH, e = j->start + t + 1 - j0 < CH ? j->start + t + 1 : j0 + CH;
 	float *s = ws, *buf = s + nh * CH;
@@ -181,7 +187,7 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 		for (int64_t x = 0; x < 4; x++) kv_prefetch(j, j->k, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
 		for (int64_t kk = 0; kk < nkv; kk++) {
 			const float *rows[4];
-			kv_rows4(j, j->k, j->kscale, i, nb, kh0 + kk, buf, rows);
+			kv_rows4(j, j->k, j->kscale, i, nb, kh0 + kk, buf, rows, dec);
 			for (int64_t g = kk * G; g < (kk + 1) * G; g++) {
 				float d[4], *m = r + g * ps + Dh;
 				dot4(q + g * Dh, rows, Dh, d);
@@ -208,7 +214,7 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 		for (int64_t x = 0; x < 4; x++) kv_prefetch(j, j->v, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
 		for (int64_t kk = 0; kk < nkv; kk++) {
 			const float *rows[4];
-			kv_rows4(j, j->v, j->vscale, i, nb, kh0 + kk, buf, rows);
+			kv_rows4(j, j->v, j->vscale, i, nb, kh0 + kk, buf, rows, dec);
 			for (int64_t g = kk * G; g < (kk + 1) * G; g++) axpy(r + g * ps, s + g * CH + i - j0, rows, nb, Dh);
 		}
 	}
@@ -232,14 +238,14 @@ static void att_finish(float *out, const float *f, int64_t Dh) {
 
 // att_whole is a whole-mode task: token task / (KVH/nkv), the query heads
 // of its (task % (KVH/nkv))-th nkv KV heads, every chunk, folded in order.
-LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy) {
+LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy, kvdec_fn dec) {
 	const int64_t G = j->H / j->KVH, nh = j->nkv * G, ng = j->KVH / j->nkv, Dh = j->Dh, ps = j->ps;
 	int64_t t = task / ng, kh0 = (task % ng) * j->nkv, nch = (j->start + t) / LB_ATT_CHUNK + 1;
 	float *ws = j->scratch + (int64_t)tid * j->scratch_stride;
 	float *f = ws + ((nh * LB_ATT_CHUNK + 4 * Dh + 15) & ~(int64_t)15), *p = f + nh * ps;
-	att_chunk(j, t, 0, kh0, f, ws, dot4, axpy);
+	att_chunk(j, t, 0, kh0, f, ws, dot4, axpy, dec);
 	for (int64_t c = 1; c < nch; c++) {
-		att_chunk(j, t, c, kh0, p, ws, dot4, axpy);
+		att_chunk(j, t, c, kh0, p, ws, dot4, axpy, dec);
 		for (int64_t g = 0; g < nh; g++) att_fold(f + g * ps, p + g * ps, Dh);
 	}
 	float *o = j->out + (t * j->H + kh0 * G) * Dh;
@@ -248,11 +254,11 @@ LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, dot4_fn dot4, 
 
 // att_split is a split-mode task: chunk task / (KVH/nkv) of all tokens'
 // chunks, for its (task % (KVH/nkv))-th nkv KV heads, into the partials.
-LB_INLINE void att_split(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy) {
+LB_INLINE void att_split(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy, kvdec_fn dec) {
 	const int64_t G = j->H / j->KVH, ng = j->KVH / j->nkv;
 	int64_t ci = task / ng, kh0 = (task % ng) * j->nkv, t = j->tok[ci];
 	float *r = j->part + (ci * j->H + kh0 * G) * j->ps;
-	att_chunk(j, t, ci - j->off[t], kh0, r, j->scratch + (int64_t)tid * j->scratch_stride, dot4, axpy);
+	att_chunk(j, t, ci - j->off[t], kh0, r, j->scratch + (int64_t)tid * j->scratch_stride, dot4, axpy, dec);
 }
 
 // att_merge folds the partials of token task / H, head task % H, in chunk
@@ -268,10 +274,10 @@ static void att_merge(void *arg, int64_t task, int tid) {
 
 #define ATT_TASKS(path, attr)                                                                                        \
 	attr static void att_whole_##path(void *arg, int64_t task, int tid) {                                             \
-		att_whole(arg, task, tid, dot4_##path, axpy_##path);                                                 \
+		att_whole(arg, task, tid, dot4_##path, axpy_##path, kvdec_##path);                                   \
 	}                                                                                                            \
 	attr static void att_split_##path(void *arg, int64_t task, int tid) {                                             \
-		att_split(arg, task, tid, dot4_##path, axpy_##path);                                                 \
+		att_split(arg, task, tid, dot4_##path, axpy_##path, kvdec_##path);                                   \
 	}
 
 LB_INLINE float dot_generic(const float *a, const float *b, int64_t n) {
@@ -323,6 +329,26 @@ LB_INLINE LB_AVX512 void axpy_avx512(float *y, const float *a, const float *cons
 	}
 }
 
+// kvdec_avx512: BF16 widened by a shift, 16 at a time; E4M3 by
+// lb_e4m3x16_avx512 (value·2^-8, exact) times sc·256 (exact: a power of
+// two), whose one rounding is that of value·sc.
+LB_AVX512 static void kvdec_avx512(float *dst, const uint8_t *src, int64_t n, int dtype, float sc) {
+	if (dtype == LB_KV_BF16) {
+		const uint16_t *p = (const uint16_t *)src;
+		for (int64_t i = 0; i < n; i += 16) {
+			__mmask16 k = n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i);
+			__m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p + i)), 16);
+			_mm512_mask_storeu_ps(dst + i, k, _mm512_castsi512_ps(u));
+		}
+		return;
+	}
+	__m512 s = _mm512_set1_ps(sc * 256.0f);
+	for (int64_t i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i);
+		_mm512_mask_storeu_ps(dst + i, k, _mm512_mul_ps(lb_e4m3x16_avx512(_mm_maskz_loadu_epi8(k, src + i)), s));
+	}
+}
+
 ATT_TASKS(avx512, LB_AVX512)
 
 LB_AVX2 static void dot4_avx2(const float *a, const float *const b[4], int64_t n, float out[4]) {
@@ -347,8 +373,34 @@ LB_INLINE LB_AVX2 void axpy_avx2(float *y, const float *a, const float *const x[
 	}
 }
 
+// kvdec_avx2: BF16 widened by a shift, 8 at a time (the tail and E4M3 as
+// _generic).
+LB_AVX2 static void kvdec_avx2(float *dst, const uint8_t *src, int64_t n, int dtype, float sc) {
+	if (dtype != LB_KV_BF16) {
+		kvdec_generic(dst, src, n, dtype, sc);
+		return;
+	}
+	const uint16_t *p = (const uint16_t *)src;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + i))), 16);
+		_mm256_storeu_ps(dst + i, _mm256_castsi256_ps(u));
+	}
+	kvdec_generic(dst + i, (const uint8_t *)(p + i), n - i, dtype, sc);
+}
+
 ATT_TASKS(avx2, LB_AVX2)
 #endif
+
+void lb_kv_decode(int isa, int dtype, float *dst, const uint8_t *src, int64_t n, float sc) {
+	pthread_once(&e4m3_lut_once, e4m3_lut_init);
+	kvdec_fn dec = kvdec_generic;
+#ifdef LB_X86
+	if (isa == LB_ISA_AVX512 && lb_isa_supported(isa)) dec = kvdec_avx512;
+	if (isa == LB_ISA_AVX2 && lb_isa_supported(isa)) dec = kvdec_avx2;
+#endif
+	dec(dst, src, n, dtype, sc);
+}
 
 int lb_attention(lb_ctx *c, float *out, const float *q, const uint8_t *k, const uint8_t *v, int dtype,
                  float kscale, float vscale, const int32_t *blocks, int64_t bs, int64_t T, int64_t start,

@@ -190,6 +190,19 @@ LB_INLINE __mmask16 lb_tail_mask16(int64_t n) { return (__mmask16)((1u << n) - 1
 LB_INLINE LB_AVX2 __m256i lb_tail_mask8(int64_t n) {
 	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
+
+// lb_e4m3x16_avx512 decodes 16 E4M3 codes to value·2^-8, exactly, NaNs
+// included (matmul_fp8.c's header says how): the code's bits moved into an
+// IEEE half of value·2^-8, widened by vcvtph2ps.
+LB_INLINE LB_AVX512 __m512 lb_e4m3x16_avx512(__m128i b) {
+	// u has the sign in bits 15 and 14; u + 0x80 flips bit 14 exactly for
+	// the NaNs, so one ternary op keeps u's bits under 0xBF80 and takes bit
+	// 14 from u ^ (u + 0x80): f = C ? A : A ^ B (imm 0xB4), bit-identical to
+	// masking first and OR-ing the carry in (the _avx2 form).
+	__m256i u = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+	__m256i v = _mm256_add_epi16(u, _mm256_set1_epi16(0x80));
+	return _mm512_cvtph_ps(_mm256_ternarylogic_epi32(u, v, _mm256_set1_epi16((short)0xBF80), 0xB4));
+}
 #endif
 
 #endif

@@ -82,4 +82,9 @@ double lb_memory_bandwidth(lb_ctx *c, int64_t bytes);
 // saturating) or E2M1 (kind 1) with the given code path's routine.
 void lb_round_minifloat(int isa, int kind, float *dst, const float *src, int64_t n);
 
+// lb_kv_decode writes n elements of a BF16 (dtype LB_KV_BF16) or E4M3
+// (LB_KV_FP8, each value times sc) cache row as float32 by the attention's
+// row decode of the named code path, for the tests.
+void lb_kv_decode(int isa, int dtype, float *dst, const uint8_t *src, int64_t n, float sc);
+
 #endif

@@ -148,24 +148,13 @@ LB_INLINE void fp8_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, co
 LB_MM_ROWS(fp8_rows_generic, , fp8_tile_generic, LB_MM_T)
 
 #ifdef LB_X86
-// e4m3x16_avx512 decodes 16 codes to value·2^-8 (see the header).
-LB_INLINE LB_AVX512 __m512 e4m3x16_avx512(__m128i b) {
-	// u has the sign in bits 15 and 14; u + 0x80 flips bit 14 exactly for
-	// the NaNs, so one ternary op keeps u's bits under 0xBF80 and takes bit
-	// 14 from u ^ (u + 0x80): f = C ? A : A ^ B (imm 0xB4), bit-identical to
-	// masking first and OR-ing the carry in (the _avx2 form).
-	__m256i u = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
-	__m256i v = _mm256_add_epi16(u, _mm256_set1_epi16(0x80));
-	return _mm512_cvtph_ps(_mm256_ternarylogic_epi32(u, v, _mm256_set1_epi16((short)0xBF80), 0xB4));
-}
-
 LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
                                          const float *const x[LB_MM_T], const uint8_t *next, int64_t i,
                                          int64_t end, const int nt) {
 	__m512 wv[LB_MM_R];
 	for (; i + 16 <= end; i += 16) {
 		lb_prefetch(next + 4 * i);
-		for (int r = 0; r < LB_MM_R; r++) wv[r] = e4m3x16_avx512(_mm_loadu_si128((const __m128i *)(w[r] + i)));
+		for (int r = 0; r < LB_MM_R; r++) wv[r] = lb_e4m3x16_avx512(_mm_loadu_si128((const __m128i *)(w[r] + i)));
 		for (int j = 0; j < nt; j++) {
 			__m512 xv = _mm512_loadu_ps(x[j] + i);
 			for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm512_fmadd_ps(xv, wv[r], acc[j][r]);
@@ -173,7 +162,7 @@ LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uin
 	}
 	if (i < end) {
 		__mmask16 k = lb_tail_mask16(end - i);
-		for (int r = 0; r < LB_MM_R; r++) wv[r] = e4m3x16_avx512(_mm_maskz_loadu_epi8(k, w[r] + i));
+		for (int r = 0; r < LB_MM_R; r++) wv[r] = lb_e4m3x16_avx512(_mm_maskz_loadu_epi8(k, w[r] + i));
 		for (int j = 0; j < nt; j++) {
 			__m512 xv = _mm512_maskz_loadu_ps(k, x[j] + i);
 			for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm512_fmadd_ps(xv, wv[r], acc[j][r]);

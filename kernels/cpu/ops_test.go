@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/lowbit-ai/lowbit/format"
 )
 
 func TestRMSNorm(t *testing.T) {
@@ -209,4 +211,44 @@ func TestLogSoftmax(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestKVDecode: the attention's decode of a BF16 or E4M3 cache row, on every
+// code path: every BF16 pattern to its value, and every E4M3 code times
+// scales that round the product differently (1 exactly, others, one that
+// makes products subnormal and one near float32's largest) to format's value
+// times the scale in one float32 multiply; lengths with and without a tail.
+func TestKVDecode(t *testing.T) {
+	for _, isa := range ISAs() {
+		t.Run(isa, func(t *testing.T) {
+			bf := make([]byte, 2*65536)
+			for c := range 65536 {
+				bf[2*c], bf[2*c+1] = byte(c), byte(c>>8)
+			}
+			for _, n := range []int{65536, 65531} {
+				got := make([]float32, n)
+				kvDecode(isa, 1, got, bf, 1)
+				for c := range n {
+					if want := format.BF16ToFloat32(uint16(c)); !sameBits(got[c], want) {
+						t.Fatalf("n %d: bf16 %#04x decodes to %g, want %g", n, c, got[c], want)
+					}
+				}
+			}
+			f8 := make([]byte, 256)
+			for c := range f8 {
+				f8[c] = byte(c)
+			}
+			for _, sc := range []float32{1, 0.37, 3.3e-3, 1e-40, 1.7e-38, 6.1e35, 3} {
+				for _, n := range []int{256, 203} {
+					got := make([]float32, n)
+					kvDecode(isa, 2, got, f8, sc)
+					for c := range n {
+						if want := format.E4M3ToFloat32(uint8(c)) * sc; !sameBits(got[c], want) {
+							t.Fatalf("n %d: e4m3 %#02x × %g decodes to %g, want %g", n, c, sc, got[c], want)
+						}
+					}
+				}
+			}
+		})
+	}
 }

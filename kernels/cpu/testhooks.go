@@ -5,6 +5,8 @@ package cpu
 // #include "lbcpu.h"
 import "C"
 
+import "unsafe"
+
 // roundMinifloat sets dst[i] to src[i] rounded to E4M3 (kind 0, saturating)
 // or E2M1 (kind 1) by the activation quantizer of the named code path. It
 // exists for the tests, which cannot use cgo themselves.
@@ -28,3 +30,14 @@ func setVBMI(on bool) {
 
 // hasVBMI reports whether the AVX-512 FP8 MatMul runs its VBMI variant.
 func hasVBMI() bool { return C.lb_vbmi() != 0 }
+
+// kvDecode writes len(dst) elements of a BF16 (dtype 1) or E4M3 (dtype 2,
+// each value times sc) cache row src as float32 by the attention's row
+// decode of the named code path.
+func kvDecode(isa string, dtype int, dst []float32, src []byte, sc float32) {
+	id, ok := isaID(isa)
+	if !ok || len(src) < len(dst)*map[int]int{1: 2, 2: 1}[dtype] {
+		panic("cpu: kvDecode: bad arguments")
+	}
+	C.lb_kv_decode(C.int(id), C.int(dtype), fp(dst), (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(src))), C.int64_t(len(dst)), C.float(sc))
+}
