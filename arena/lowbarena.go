@@ -154,6 +154,12 @@ func engineReadme(r *EngineResult, o LowBArenaOptions) string {
 	}
 	fmt.Fprintf(&sb, "Baked in: --device %s, --prefill-activations %s, --decode-activations %s, --seed 0; batch limits: %s; prefix caching %s.\n\n",
 		o.Launch.Device, o.Launch.PrefillActivations, o.Launch.DecodeActivations, batch, prefix)
+	if o.Launch.Device == "cuda" {
+		sb.WriteString("Scheduling is lowbit serve's `auto`: prefill-first with BF16 prefill (prompt chunks run alone while any\n")
+		sb.WriteString("prompt can start; generated tokens wait), for throughput. `serving.kv_cache_dtype: fp8` halves the KV\n")
+		sb.WriteString("cache's memory, but on a GPU its attention runs general kernels, much slower today than the BF16\n")
+		sb.WriteString("cache's (docs/gpu.md of lowbit's source).\n\n")
+	}
 	sb.WriteString("| file | what it is |\n| --- | --- |\n")
 	sb.WriteString("| `launch.sh` | the arena's entry point |\n")
 	fmt.Fprintf(&sb, "| `bin/lowbit` | %s/%s, cgo, %s, %d bytes, sha256 %s", b.GOOS, b.GOARCH, b.GoVersion, b.Size, b.SHA256)
