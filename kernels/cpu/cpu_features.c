@@ -15,6 +15,9 @@
 // AVX512_BF16 (vdpbf16ps) is deliberately not used: it multiplies BF16 by
 // BF16, and the contract keeps activations in float32, so BF16 weights are
 // widened to float32 (a 16-bit shift) and multiplied with float32 FMAs.
+// FP8 activations are BF16 values exactly, but an FP8 MatMul on vdpbf16ps
+// (two per 64 codes, no widening) streamed at 0.70-0.76 of the float32
+// variant's rate on the 2-core VM (BENCHMARKS.md, 2026-12-02, issue 4).
 //
 // Tested by TestISAs and by every op test, which runs each supported path;
 // the plain AVX-512 variants by TestConformanceWithoutVBMI and
