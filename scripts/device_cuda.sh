@@ -148,24 +148,28 @@ echo "== LowBArena workloads on the Qwen3-8B shape, scaled (interactive: 8 of 32
 # the default: lowbit serve's own).
 # PREFILL_ACTS "all" runs every row on BF16 activations (--prefill-activations
 # bf16 --decode-activations bf16). SERVE_SCHED lists --scheduling values
-# (default: auto, lowbit serve's own).
+# (default: auto, lowbit serve's own). SERVE_KV lists --kv-cache-dtype
+# values (default: auto, BF16).
 first_sch=${SERVE_SCHED:-auto} first_sch=${first_sch%% *}
 for act in ${PREFILL_ACTS:-float32 bf16}; do
 for bt in ${SERVE_BATCHED:-0}; do
 for sch in ${SERVE_SCHED:-auto}; do
-flags=(--scheduling "$sch") tag=$act
+for kv in ${SERVE_KV:-auto}; do
+flags=(--kv-cache-dtype "$kv" --scheduling "$sch") tag=$act
 [ "$bt" = 0 ] || flags+=(--max-num-batched-tokens "$bt") tag=$act-b$bt
 [ "$sch" = auto ] || tag=$tag-$sch
-echo "-- prefill activations $act, max-num-batched-tokens ${flags[3]:-default}, scheduling $sch" | tee -a "$work"
+[ "$kv" = auto ] || tag=$tag-kv$kv
+echo "-- prefill activations $act, max-num-batched-tokens ${flags[5]:-default}, scheduling $sch, KV cache $kv" | tee -a "$work"
 acts=(--prefill-activations "$act")
 [ "$act" = all ] && acts=(--prefill-activations bf16 --decode-activations bf16)
 serve q8 /tmp/lowbit-bench-qwen3-8b/bf16 8013 --max-model-len 16448 "${acts[@]}" "${flags[@]}"
 # Another step size or scheduling changes only the batched workloads:
-# interactive once.
+# interactive once a KV cache type.
 [ "$bt" = 0 ] && [ "$sch" = "$first_sch" ] && workload interactive-$tag 8013 --workload random --random-input-len 1024 --random-output-len 256 --num-prompts 8 --max-concurrency 1
 workload serve-$tag 8013 --workload random --random-input-len 8192 --random-output-len 128 --num-prompts 32 --max-concurrency 32
 workload long_context-$tag 8013 --workload random --random-input-len 16000 --random-output-len 64 --num-prompts 16 --max-concurrency 16
 kill $pid; wait $pid 2>/dev/null
+done
 done
 done
 done

@@ -194,7 +194,7 @@ func PlanAttentionBF16(seq, pos []int32, H int, p *KVPool, ctx, bf16 int) Attent
 var flashSplitRuns = true
 
 // flashDecode picks attention_mma_decode.cu's kernels for the split mode
-// where they exist (a BF16 cache, head dims 64 and 128): the same bits as
+// where they exist (a BF16 or FP8 cache, head dims 64 and 128): the same bits as
 // the one-warp split kernels, four warps a chunk.
 var flashDecode = true
 
@@ -204,7 +204,7 @@ var flashDecode = true
 const flashDecodeBlocks = 1024
 
 // flashPrefill picks attention_mma_prefill.cu's kernel for the whole
-// mode's BF16 rows where it exists (a BF16 cache, head dims 64 and 128):
+// mode's BF16 rows where it exists (a BF16 or FP8 cache, head dims 64 and 128):
 // the same bits as lb_flash_d*_k1_whole_q1, two m-tiles a warp.
 var flashPrefill = true
 
@@ -221,7 +221,7 @@ var (
 // flashPrefillWGFits says whether attention_wgmma_prefill.cu serves pool p
 // on this device.
 func (k *K) flashPrefillWGFits(p *KVPool) bool {
-	return flashPrefillWG && flashPrefillFits(p) && p.HeadDim == 128 && k.d.Arch == "sm_90a"
+	return flashPrefillWG && flashPrefillFits(p) && p.DType == kernels.KVBF16 && p.HeadDim == 128 && k.d.Arch == "sm_90a"
 }
 
 // flashPrefillTiles is FP_MT of attention_mma_prefill.cu: m-tiles a warp.
@@ -229,12 +229,44 @@ const flashPrefillTiles = 2
 
 // flashPrefillFits says whether attention_mma_prefill.cu serves pool p.
 func flashPrefillFits(p *KVPool) bool {
-	return flashPrefill && p.DType == kernels.KVBF16 && (p.HeadDim == 64 || p.HeadDim == 128)
+	return flashPrefill && flashOneTerm(p) && (p.HeadDim == 64 || p.HeadDim == 128)
 }
 
 // flashDecodeFits says whether attention_mma_decode.cu serves pool p.
 func flashDecodeFits(p *KVPool) bool {
-	return flashDecode && p.DType == kernels.KVBF16 && (p.HeadDim == 64 || p.HeadDim == 128)
+	return flashDecode && flashOneTerm(p) && (p.HeadDim == 64 || p.HeadDim == 128)
+}
+
+// flashOneTerm: the cache's k and v are one BF16 term each in the flash
+// kernels (a BF16 cache, or an FP8 one as its codes' values, the scales
+// applied to the scores and the result: attention_mma.cu).
+func flashOneTerm(p *KVPool) bool { return p.DType == kernels.KVBF16 || p.DType == kernels.KVFP8 }
+
+// flashScales are the scale the flash kernels take and the factor of
+// their result: for an FP8 cache scale·kscale (rounded once) and vscale,
+// else scale and 1.
+func flashScales(p *KVPool, scale float32) (float32, float32) {
+	if p.DType == kernels.KVFP8 {
+		return scale * p.KScale, p.VScale
+	}
+	return scale, 1
+}
+
+// flashFP8 is the kernel-name suffix of an FP8 cache's variants.
+func flashFP8(p *KVPool) string {
+	if p.DType == kernels.KVFP8 {
+		return "_fp8"
+	}
+	return ""
+}
+
+// flashCodesBytes is the shared memory the _fp8 kernels add for two
+// stages of a chunk's k and v codes.
+func flashCodesBytes(p *KVPool) int {
+	if p.DType == kernels.KVFP8 {
+		return 4 * flashChunk * p.HeadDim
+	}
+	return 0
 }
 
 // AttentionPartialsBytes bounds the device memory a batch of up to tokens
@@ -297,17 +329,18 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 		}
 	}
 	if pl.Flash {
-		if err := k.flashWhole(out, q, p, b, H, scale); err != nil {
+		fscale, vscale := flashScales(p, scale)
+		if err := k.flashWhole(out, q, p, b, H, fscale, vscale); err != nil {
 			return err
 		}
 		if !pl.Split {
 			return nil
 		}
-		if err := k.flashSplit(q, parts, p, b, H, scale); err != nil {
+		if err := k.flashSplit(q, parts, p, b, H, fscale); err != nil {
 			return err
 		}
 		return k.d.launch("lb_flash_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
-			ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim))
+			ptrArg(out.ptr), ptrArg(parts.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr), intArg(H), intArg(p.HeadDim), f32Arg(vscale))
 	}
 	if err := k.d.launch("lb_attention_split", [3]int{T, H, attSplits}, [3]int{128, 1, 1}, 0,
 		ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale),
@@ -330,7 +363,7 @@ type flashRange struct {
 // flashWhole runs the plan's whole-mode blocks: the BF16 ones on
 // attention_mma_prefill.cu's kernel where it serves, the others on
 // attention_mma.cu's.
-func (k *K) flashWhole(out, q Buf, p *KVPool, b *Batch, H int, scale float32) error {
+func (k *K) flashWhole(out, q Buf, p *KVPool, b *Batch, H int, scale, vscale float32) error {
 	pl := &b.Plan
 	for _, r := range []flashRange{{"_q1", 1, 0, pl.BF16Work}, {"", 3, pl.BF16Work, pl.Whole}} {
 		if r.last == r.first {
@@ -350,10 +383,15 @@ func (k *K) flashWhole(out, q Buf, p *KVPool, b *Batch, H int, scale float32) er
 			continue
 		}
 		if r.suffix == "_q1" && flashPrefillFits(p) {
-			shmem := (4*flashPrefillTiles*16*ld + 4*flashChunk*ld) * 2
-			if err := k.d.launch(fmt.Sprintf("lb_flash_prefill_d%d_q1", p.HeadDim), [3]int{r.last - r.first, p.KVHeads, 1}, [3]int{128, 1, 1}, shmem,
+			stages := 4 // two of k and v; _fp8: one, and the codes' two
+			if p.DType == kernels.KVFP8 {
+				stages = 2
+			}
+			shmem := (4*flashPrefillTiles*16*ld+stages*flashChunk*ld)*2 + flashCodesBytes(p)
+			if err := k.d.launch(fmt.Sprintf("lb_flash_prefill_d%d_q1%s", p.HeadDim, flashFP8(p)), [3]int{r.last - r.first, p.KVHeads, 1}, [3]int{128, 1, 1}, shmem,
 				ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
-				ptrArg(b.Pos.ptr), ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale)); err != nil {
+				ptrArg(b.Pos.ptr), ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale),
+				f32Arg(vscale)); err != nil {
 				return err
 			}
 			continue
@@ -382,8 +420,12 @@ func (k *K) flashSplit(q, parts Buf, p *KVPool, b *Batch, H int, scale float32) 
 			continue
 		}
 		ld := p.HeadDim + 8
-		shmem := (r.qterms*16*ld + 4*flashChunk*ld + r.qterms*16*(flashChunk+8)) * 2
-		if err := k.d.launch(fmt.Sprintf("lb_flash_decode_d%d%s", p.HeadDim, r.suffix), [3]int{r.last - r.first, p.KVHeads, pl.Z},
+		stages := 4 // two of k and v; _fp8: one, and the codes' two
+		if p.DType == kernels.KVFP8 {
+			stages = 2
+		}
+		shmem := (r.qterms*16*ld+stages*flashChunk*ld+r.qterms*16*(flashChunk+8))*2 + flashCodesBytes(p)
+		if err := k.d.launch(fmt.Sprintf("lb_flash_decode_d%d%s%s", p.HeadDim, r.suffix, flashFP8(p)), [3]int{r.last - r.first, p.KVHeads, pl.Z},
 			[3]int{128, 1, 1}, shmem, ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr),
 			intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr),
 			ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale)); err != nil {
@@ -397,13 +439,13 @@ func (k *K) flashSplit(q, parts Buf, p *KVPool, b *Batch, H int, scale float32) 
 // "split") on Work blocks r of warps warps, z blocks a tile.
 func (k *K) flashMMA(out, parts, q Buf, p *KVPool, b *Batch, H int, scale float32, r flashRange, mode string, warps, z int) error {
 	terms := 3
-	if p.DType == kernels.KVBF16 {
+	if flashOneTerm(p) {
 		terms = 1
 	}
 	// Pipelined copies (_p) where the variant exists: a BF16 cache, head
 	// dims 64 and 128.
 	pipe, kvBufs, qterms := "", 1, 3 // the default kernels stage all three q terms
-	if flashPipelined && terms == 1 && (p.HeadDim == 64 || p.HeadDim == 128) {
+	if flashPipelined && p.DType == kernels.KVBF16 && (p.HeadDim == 64 || p.HeadDim == 128) {
 		pipe, kvBufs, qterms = "_p", 2, r.qterms
 	}
 	shmem := (warps*qterms*16 + kvBufs*2*terms*flashChunk) * (p.HeadDim + 8) * 2

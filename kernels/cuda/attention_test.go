@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"unsafe"
 
 	"github.com/lowbit-ai/lowbit/format"
 	"github.com/lowbit-ai/lowbit/kernels"
@@ -138,21 +137,25 @@ func TestPlanAttention(t *testing.T) {
 	})
 }
 
+// flashVariant is a setting of the flash kernels' switches.
+type flashVariant struct {
+	name                                     string
+	pipelined, wide, twoTiles, splitRuns, wg bool
+}
+
 // TestFlashVariants: the _p kernels (the next chunk's copy in flight while
 // this one is multiplied), attention_mma_decode.cu's split kernels (four
 // warps a chunk), attention_mma_prefill.cu's (two m-tiles a warp) and split
 // runs in large batches pass the suite's attention cases and give the
 // one-warp, one-mode kernels' bits on the Qwen3-8B head shape, for prefill,
-// decode and both in one batch, float32 and BF16 q, over shuffled tables.
+// decode and both in one batch, float32 and BF16 q, over shuffled tables
+// of a BF16 and of an FP8 cache.
 func TestFlashVariants(t *testing.T) {
 	d := openOrSkip(t)
 	defer func(p, dec, pre, runs, wg bool, swap int) {
 		flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashWGSwap = p, dec, pre, runs, wg, swap
 	}(flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashWGSwap)
-	variants := []struct {
-		name                                     string
-		pipelined, wide, twoTiles, splitRuns, wg bool
-	}{{"pipelined", true, false, false, false, false}, {"split runs", false, false, false, true, false},
+	variants := []flashVariant{{"pipelined", true, false, false, false, false}, {"split runs", false, false, false, true, false},
 		{"decode, prefill and split runs", false, true, true, true, false},
 		{"decode, wgmma prefill and split runs", false, true, true, true, true}}
 	set := func(pipelined, wide, twoTiles, splitRuns, wg bool) {
@@ -164,21 +167,42 @@ func TestFlashVariants(t *testing.T) {
 			t.Errorf("%s: %v", v.name, f)
 		}
 	}
+	for _, dt := range []kernels.KVDType{kernels.KVBF16, kernels.KVFP8} {
+		t.Run(fmt.Sprint(dt), func(t *testing.T) { flashVariantBits(t, d, dt, variants, set) })
+	}
+}
+
+// flashVariantBits is TestFlashVariants's bit comparison over a cache of
+// type dt (FP8: codes with scales that are not powers of two).
+func flashVariantBits(t *testing.T, d *Device, dt kernels.KVDType, variants []flashVariant,
+	set func(pipelined, wide, twoTiles, splitRuns, wg bool)) {
 	const H, KVH, Dh, bs, ctx, seqs = 32, 8, 128, 16, 1000, 37
 	rng := rand.New(rand.NewPCG(3, 3))
-	p := &KVPool{DType: kernels.KVBF16, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
+	p := &KVPool{DType: dt, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
+	if dt == kernels.KVFP8 {
+		p.KScale, p.VScale = 0.37, 1.7
+	}
 	blocks := (ctx + bs - 1) / bs
-	kv := make([]uint16, seqs*blocks*bs*KVH*Dh)
+	n := seqs * blocks * bs * KVH * Dh
 	var err error
 	for _, dst := range []*Buf{&p.K, &p.V} {
-		for i := range kv {
-			kv[i] = format.BF16FromFloat32(float32(rng.NormFloat64()))
+		kv := make([]byte, 0, 2*n)
+		for range n {
+			if dt == kernels.KVFP8 {
+				c := byte(rng.IntN(256))
+				if c&0x7F == 0x7F { // no NaNs
+					c--
+				}
+				kv = append(kv, c)
+			} else {
+				kv = binary.LittleEndian.AppendUint16(kv, format.BF16FromFloat32(float32(rng.NormFloat64())))
+			}
 		}
-		if *dst, err = d.Alloc(2 * len(kv)); err != nil {
+		if *dst, err = d.Alloc(len(kv)); err != nil {
 			t.Fatal(err)
 		}
 		defer d.Free(*dst)
-		if err := d.Upload(*dst, unsafe.Slice((*byte)(unsafe.Pointer(&kv[0])), 2*len(kv))); err != nil {
+		if err := d.Upload(*dst, kv); err != nil {
 			t.Fatal(err)
 		}
 	}

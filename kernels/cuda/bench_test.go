@@ -38,7 +38,7 @@ func BenchmarkKernels(b *testing.B) {
 	}
 	// What NVRTC made of the kernels timed here: registers and spills.
 	for _, name := range []string{"lb_mma_gemv", "lb_mma_gemv_bulk", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_d128_k1_whole_q1",
-		"lb_flash_d128_k1_split", "lb_flash_prefill_d128_q1", "lb_flash_decode_d128", "lb_flash_decode_d128_q1", "lb_flash_merge"} {
+		"lb_flash_d128_k1_split", "lb_flash_prefill_d128_q1", "lb_flash_decode_d128", "lb_flash_decode_d128_q1", "lb_flash_decode_d128_q1_fp8", "lb_flash_prefill_d128_q1_fp8", "lb_flash_merge"} {
 		if ki, err := d.KernelInfo(name); err == nil {
 			b.Logf("%-28s %3d registers, %4d bytes local (spills), %5d bytes static shared", name, ki.Registers, ki.LocalBytes, ki.StaticShared)
 		}
@@ -49,6 +49,15 @@ func BenchmarkKernels(b *testing.B) {
 		for i := range n {
 			out[2*i+1] = byte(0x3c + rng.IntN(2)) // about ±0.01 .. ±0.03, some sign bits
 			out[2*i] = byte(rng.Uint32())
+		}
+		return out
+	}
+	// randE4M3: n codes of about ±0.03 .. ±0.12 times the scale, NaNs not
+	// among them.
+	randE4M3 := func(n int) []byte {
+		out := make([]byte, n)
+		for i := range out {
+			out[i] = byte(0x10+rng.IntN(16)) | byte(rng.IntN(2))<<7
 		}
 		return out
 	}
@@ -231,20 +240,29 @@ func BenchmarkKernels(b *testing.B) {
 		}
 	}
 	// Attention (32 query heads, 8 KV heads, head_dim 128, BF16 paged
-	// cache): a decode step of seqs sequences over ctx positions each
+	// cache, or FP8 for the -fp8 cases): a decode step of seqs sequences over ctx positions each
 	// (bytes: the K and V read), and a prefill of T tokens over their own
 	// causal context (FLOPs: 4·H·Dh a (query, key) pair), beside PyTorch's
 	// SDPA on the same shape.
 	const H, KVH, Dh, bs = 32, 8, 128, 16
-	attention := func(b *testing.B, seqs, T, ctx, bf16 int) float64 {
-		p := &KVPool{DType: kernels.KVBF16, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
+	attention := func(b *testing.B, dt kernels.KVDType, seqs, T, ctx, bf16 int) float64 {
+		p := &KVPool{DType: dt, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
 		pool := seqs * ctx * KVH * Dh * 2
+		if dt == kernels.KVFP8 {
+			pool /= 2
+			p.KScale, p.VScale = 0.37, 1.7
+		}
 		p.K, _ = d.Alloc(pool)
 		p.V, _ = d.Alloc(pool)
 		defer d.Free(p.K)
 		defer d.Free(p.V)
-		d.Upload(p.K, randBF16(pool/2))
-		d.Upload(p.V, randBF16(pool/2))
+		for _, dst := range []Buf{p.K, p.V} {
+			if dt == kernels.KVFP8 {
+				d.Upload(dst, randE4M3(pool))
+			} else {
+				d.Upload(dst, randBF16(pool/2))
+			}
+		}
 		tables := make([]int32, seqs*ctx/bs)
 		for i := range tables {
 			tables[i] = int32(i)
@@ -293,20 +311,25 @@ func BenchmarkKernels(b *testing.B) {
 		flashDecode = wide
 		suffix := map[bool]string{false: "-one-warp"}[wide]
 		for _, c := range []struct{ seqs, ctx int }{{1, 1024}, {1, 8192}, {32, 8192}} {
-			b.Run(fmt.Sprintf("attention-decode%s/seqs=%d/ctx=%d", suffix, c.seqs, c.ctx), func(b *testing.B) { attention(b, c.seqs, 1, c.ctx, 0) })
+			b.Run(fmt.Sprintf("attention-decode%s/seqs=%d/ctx=%d", suffix, c.seqs, c.ctx), func(b *testing.B) { attention(b, kernels.KVBF16, c.seqs, 1, c.ctx, 0) })
 		}
 	}
 	flashDecode = true
 	// Decode with BF16 q and P (the _q1 decode kernels: WithBF16Activations).
 	for _, c := range []struct{ seqs, ctx int }{{1, 8192}, {32, 8192}} {
-		b.Run(fmt.Sprintf("attention-decode-bf16/seqs=%d/ctx=%d", c.seqs, c.ctx), func(b *testing.B) { attention(b, c.seqs, 1, c.ctx, c.seqs) })
+		b.Run(fmt.Sprintf("attention-decode-bf16/seqs=%d/ctx=%d", c.seqs, c.ctx), func(b *testing.B) { attention(b, kernels.KVBF16, c.seqs, 1, c.ctx, c.seqs) })
+	}
+	// Over an FP8 cache (the _fp8 kernels): half the bytes of BF16's.
+	for _, c := range []struct{ seqs, ctx int }{{1, 8192}, {32, 8192}} {
+		b.Run(fmt.Sprintf("attention-decode-fp8/seqs=%d/ctx=%d", c.seqs, c.ctx), func(b *testing.B) { attention(b, kernels.KVFP8, c.seqs, 1, c.ctx, 0) })
+		b.Run(fmt.Sprintf("attention-decode-bf16-fp8/seqs=%d/ctx=%d", c.seqs, c.ctx), func(b *testing.B) { attention(b, kernels.KVFP8, c.seqs, 1, c.ctx, c.seqs) })
 	}
 	// Prefill: q and P in three BF16 terms, and as one (the BF16 prefill).
 	for _, c := range []struct {
 		name string
 		T    int
 		bf16 bool
-	}{{"", 1024, false}, {"", 8192, false}, {"-bf16", 1024, true}, {"-bf16", 8192, true},
+	}{{"", 1024, false}, {"", 8192, false}, {"-bf16", 1024, true}, {"-bf16", 8192, true}, {"-bf16-fp8", 8192, true},
 		{"-bf16-wgmma", 1024, true}, {"-bf16-wgmma", 8192, true}, {"-bf16-one-tile", 1024, true}, {"-bf16-one-tile", 8192, true},
 		{"-pipelined", 1024, false}, {"-pipelined", 8192, false}, {"-bf16-pipelined", 1024, true}, {"-bf16-pipelined", 8192, true}} {
 		T := c.T
@@ -314,10 +337,14 @@ func BenchmarkKernels(b *testing.B) {
 		// -bf16-wgmma: attention_wgmma_prefill.cu (sm_90a); -one-tile and
 		// -pipelined: attention_mma.cu's kernels.
 		flashPipelined = strings.HasSuffix(c.name, "pipelined")
-		flashPrefill = c.name == "-bf16" || c.name == "-bf16-wgmma"
+		flashPrefill = c.name == "-bf16" || c.name == "-bf16-wgmma" || c.name == "-bf16-fp8"
 		flashPrefillWG = c.name == "-bf16-wgmma"
 		b.Run(fmt.Sprintf("attention-prefill%s/T=%d", c.name, T), func(b *testing.B) {
-			per := attention(b, 1, T, T, map[bool]int{true: T}[c.bf16])
+			dt := kernels.KVBF16
+			if strings.HasSuffix(c.name, "-fp8") {
+				dt = kernels.KVFP8
+			}
+			per := attention(b, dt, 1, T, T, map[bool]int{true: T}[c.bf16])
 			tf := 4 * float64(H*Dh) * float64(T) * float64(T+1) / 2 / per / 1e12
 			b.ReportMetric(tf, "TFLOP/s")
 			if t, ok := torch.SDPA[fmt.Sprint(T)]; ok {

@@ -10,8 +10,10 @@
 //   m_c = r·scale, P_j = 2^fma(s_j, sl, −r·sl) (sl = scale·log2 e, each
 //   product rounded once: fa_softmax), l_c = Σ_j P_j, o_c = Σ_j P_j·v_j.
 // q and P are split into three BF16 terms as matmul_mma.cu splits its
-// activations; k and v are their BF16 values (a BF16 cache) or are split
-// the same way (float32; E4M3 codes times the scale). A product is the
+// activations; k and v are their BF16 values (a BF16 cache), the values of
+// their E4M3 codes (an FP8 cache: exact in BF16, the scales applied to
+// what the codes sum to, see below) or are split the same way (float32). A
+// product is the
 // mma of the six term pairs whose weight reaches 2^-24 (hi·hi, mid·hi,
 // lo·hi, hi·mid, mid·mid, hi·lo; the first three only for a BF16 cache),
 // head-dim chunk of 16 by chunk (positions by 16 for o_c), accumulated in
@@ -23,6 +25,15 @@
 // max(M, m_c), a = exp(M − M') (0 for the first chunk), b = exp(m_c − M'),
 // L = fma(l_c, b, L·a), O = fma(o_c, b, O·a) (fa_weights, fa_mix); out =
 // O / L.
+// An FP8 cache (k = code·kscale, v = code·vscale) runs the BF16 cache's
+// kernels on the codes' values: the caller passes scale·kscale (rounded
+// once) as the scale, so s_j·scale is q·k_j·scale up to that rounding, and
+// out = (O / L)·vscale. Against decoding each k and v to code·scale in
+// float32 (attention.cu, the CPU), this moves the scales' roundings from
+// each element to the sums, an error of a few float32 ulps of the result
+// (kerneltest's attention tolerance), and it costs one term where the
+// float32 decode costs three. vLLM and FlashAttention 3 also apply an FP8
+// cache's scales to the scores and the output.
 // A row's result depends only on its q and its cache up to p: neither the
 // rows that share its tile, nor how chunks are spread over blocks, nor the
 // batch changes a bit (masked positions give P = 0 exactly, and an mma row
@@ -110,6 +121,46 @@ __device__ __forceinline__ void fa_copy(u16 *ks, u16 *vs, const u8 *kp, const u8
 	}
 }
 
+// fa_copy8 starts copying the E4M3 cache rows rows[j] (−1: zeros) into
+// shared memory, [FA_CHUNK][DH] bytes each of k and v, by cp.async
+// (uncommitted); fa_widen8 then writes them as BF16 [FA_CHUNK][DH + 8],
+// the layout fa_copy gives a BF16 cache, for the same fragment loads.
+template <int DH>
+__device__ __forceinline__ void fa_copy8(u8 *ks, u8 *vs, const u8 *kp, const u8 *vp, const i64 *rows) {
+	constexpr int U = DH / 16;
+	for (int i = threadIdx.x; i < FA_CHUNK * U; i += blockDim.x) {
+		int j = i / U, u = i % U;
+		u8 *kd = ks + j * DH + u * 16, *vd = vs + j * DH + u * 16;
+		if (rows[j] >= 0) {
+			cp_async16(kd, kp + rows[j] + u * 16);
+			cp_async16(vd, vp + rows[j] + u * 16);
+		} else {
+			uint4 z;
+			z.x = z.y = z.z = z.w = 0u;
+			*(uint4 *)kd = z;
+			*(uint4 *)vd = z;
+		}
+	}
+}
+
+template <int DH>
+__device__ __forceinline__ void fa_widen8(u16 *ks, u16 *vs, const u8 *k8, const u8 *v8) {
+	constexpr int LD = DH + 8, U = DH / 16, N = FA_CHUNK * U;
+	for (int i = threadIdx.x; i < 2 * N; i += blockDim.x) {
+		int r = i % N, j = r / U, u = r % U;
+		uint4 c = *(const uint4 *)((i < N ? k8 : v8) + j * DH + u * 16);
+		u32 w[4] = {c.x, c.y, c.z, c.w};
+		uint4 lo, hi;
+		lo.x = e4m3x2_bf16x2(w[0]), lo.y = e4m3x2_bf16x2(w[0] >> 16);
+		lo.z = e4m3x2_bf16x2(w[1]), lo.w = e4m3x2_bf16x2(w[1] >> 16);
+		hi.x = e4m3x2_bf16x2(w[2]), hi.y = e4m3x2_bf16x2(w[2] >> 16);
+		hi.z = e4m3x2_bf16x2(w[3]), hi.w = e4m3x2_bf16x2(w[3] >> 16);
+		u16 *d = (i < N ? ks : vs) + j * LD + u * 16;
+		*(uint4 *)d = lo;
+		*(uint4 *)(d + 8) = hi;
+	}
+}
+
 // fa_rows looks up the pool rows of chunk positions p0 .. p0 + FA_CHUNK − 1
 // of KV head kh (−1 past pmax: a table entry past the sequence may be
 // anything), all table reads in flight together.
@@ -145,6 +196,19 @@ __device__ __forceinline__ void fa_load(u16 *ks, u16 *vs, const u8 *kp, const u8
 	// Each position's pool row once (not one table read's latency a copy).
 	fa_rows(rows, blocks, bs, KVH, kh, DH, p0, pmax);
 	__syncthreads();
+	if (KT == 1 && dtype == 2) { // E4M3 rows as their codes' BF16 values
+		for (int i = threadIdx.x; i < FA_CHUNK * DH / 2; i += blockDim.x) {
+			int j = i / (DH / 2), d = 2 * (i % (DH / 2));
+			u32 kc = 0u, vc = 0u;
+			if (rows[j] >= 0) {
+				kc = *(const unsigned short *)(kp + rows[j] + d);
+				vc = *(const unsigned short *)(vp + rows[j] + d);
+			}
+			*(u32 *)(ks + j * LD + d) = e4m3x2_bf16x2(kc);
+			*(u32 *)(vs + j * LD + d) = e4m3x2_bf16x2(vc);
+		}
+		return;
+	}
 	if (KT == 1) { // BF16 rows copied as they are
 		fa_copy<DH>(ks, vs, kp, vp, rows);
 		cp_async_commit();
@@ -419,10 +483,11 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 	for (int e2 = 0; e2 < 2; e2++) {
 		if (prow[e2] < 0) continue;
 		float *ov = out + ((i64)(wt + (g + 8 * e2) / G) * H + hrow[e2]) * DH;
+		float vs = KT == 1 && dtype == 2 ? vscale : 1.0f; // an FP8 cache's v scale (x·1 is x)
 #pragma unroll
 		for (int nn = 0; nn < (SPLIT ? 1 : NT); nn++) {
-			ov[8 * nn + 2 * qd] = __fdiv_rn(oacc[nn][2 * e2], L[e2]);
-			ov[8 * nn + 2 * qd + 1] = __fdiv_rn(oacc[nn][2 * e2 + 1], L[e2]);
+			ov[8 * nn + 2 * qd] = __fmul_rn(__fdiv_rn(oacc[nn][2 * e2], L[e2]), vs);
+			ov[8 * nn + 2 * qd + 1] = __fmul_rn(__fdiv_rn(oacc[nn][2 * e2 + 1], L[e2]), vs);
 		}
 	}
 }
@@ -430,11 +495,12 @@ __device__ __forceinline__ void fa_run(float *out, float *partials, const float 
 // lb_flash_merge folds the chunks lb_flash_*_split wrote, in order, for
 // token blockIdx.x and query head blockIdx.y (the fold of the whole mode,
 // per element; Dh ≤ blockDim.x); a token with part_off −1 ran whole and is
-// left alone. The partials of FA_MERGE chunks are read at once, so a long
+// left alone; out = (O / L)·vscale (an FP8 cache's v scale, 1 otherwise:
+// x·1 is x). The partials of FA_MERGE chunks are read at once, so a long
 // context costs few memory latencies, not one a chunk.
 #define FA_MERGE 32
 extern "C" __global__ void lb_flash_merge(float *out, const float *partials, const int *pos, const int *part_off, int H,
-                                          int Dh) {
+                                          int Dh, float vscale) {
 	lb_pdl_wait();
 	__shared__ float sm[FA_MERGE], sl[FA_MERGE];
 	int t = blockIdx.x, h = blockIdx.y, n = pos[t] / FA_CHUNK + 1, d = threadIdx.x;
@@ -462,7 +528,7 @@ extern "C" __global__ void lb_flash_merge(float *out, const float *partials, con
 			O = fa_mix(O, a, ov[i], b);
 		}
 	}
-	if (d < Dh) out[((i64)t * H + h) * Dh + d] = __fdiv_rn(O, L);
+	if (d < Dh) out[((i64)t * H + h) * Dh + d] = __fmul_rn(__fdiv_rn(O, L), vscale);
 }
 
 #define FA_PARAMS                                                                                                     \

@@ -1,5 +1,5 @@
 // attention_mma_decode.cu: attention_mma.cu's split mode (flash-decoding)
-// for a BF16 cache and head dims 64 and 128, with the four warps of a
+// for a BF16 or FP8 cache and head dims 64 and 128, with the four warps of a
 // block sharing each chunk, for decode steps of many sequences at long
 // contexts. The same numerics, bit for bit, as attention_mma.cu: each
 // chunk's (m_c, l_c, o_c) is computed by the same mma chains (head-dim
@@ -16,12 +16,18 @@
 // while chunk c is multiplied; a block runs chunks z, z + Z, ... of one
 // tile (16 rows: 16 / G tokens × the G query heads of KV head blockIdx.y).
 //
+// An FP8 cache (F8, the _fp8 kernels) streams its codes into two stages of
+// bytes instead and widens each chunk's to BF16 in shared memory
+// (fa_widen8) before the multiplies: attention_mma.cu's FP8 numerics, the
+// same bits as its one-warp kernels.
+//
 // Layout and arguments: attention_mma.cu's (FA_PARAMS). Shared memory,
 // dynamic, in u16: q terms [QT][16][Dh + 8], then two stages of k and v
-// [2][2][FA_CHUNK][Dh + 8], then P terms [QT][16][FA_CHUNK + 8].
+// [2][2][FA_CHUNK][Dh + 8] (F8: one), then P terms [QT][16][FA_CHUNK + 8]
+// (F8: then the codes, two stages of k and v [2][2][FA_CHUNK][Dh] bytes).
 #define FD_LDP (FA_CHUNK + 8)
 
-template <int DH, int QT>
+template <int DH, int QT, bool F8>
 __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8 *kp, const u8 *vp, const int *tables,
                                        int stride, const int *seq, const int *pos, const int *part_off, const int *work,
                                        int bs, int H, int KVH, float scale) {
@@ -32,7 +38,9 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	__shared__ float sf[16][FA_CHUNK + 4]; // s, then P, of the chunk: row, position
 	__shared__ float smx[4][16];           // each warp's row maxima
 	__shared__ i64 rows[2][FA_CHUNK];
-	u16 *qs = (u16 *)fd_smem, *kv0 = qs + QT * 16 * LD, *ps = kv0 + 4 * KV;
+	constexpr int K8 = FA_CHUNK * DH; // one k or v chunk of codes, in bytes
+	u16 *qs = (u16 *)fd_smem, *kv0 = qs + QT * 16 * LD, *ps = kv0 + (F8 ? 2 : 4) * KV;
+	u8 *st8 = (u8 *)(ps + QT * 16 * FD_LDP);
 	int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, qd = lane & 3;
 	int kh = blockIdx.y, G = H / KVH, R = 16 / G, Z = gridDim.z;
 	int t0 = work[2 * blockIdx.x], n = work[2 * blockIdx.x + 1];
@@ -51,23 +59,35 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	// Chunk c's rows and copy, chunk c + Z's rows; q's terms meanwhile.
 	fa_rows(rows[0], blocks, bs, KVH, kh, DH, c * FA_CHUNK, pmax);
 	__syncthreads();
-	fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0]);
+	if (F8)
+		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0]);
+	else
+		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0]);
 	cp_async_commit();
 	fa_rows(rows[1], blocks, bs, KVH, kh, DH, (c + Z) * FA_CHUNK, pmax);
 	fa_stage_q<DH, QT>(qs, q, t0, n, G, kh, H, tid, blockDim.x);
 	const float ninf = -__int_as_float(0x7f800000), sl = fa_log2e_scale(scale);
 	for (int it = 0; c * FA_CHUNK <= pmax; c += Z, it++) {
 		int b = it & 1;
-		u16 *ks = kv0 + 2 * b * KV, *vs = ks + KV;
+		u16 *ks = kv0 + (F8 ? 0 : 2 * b * KV), *vs = ks + KV;
 		// Every warp is done with chunk c − Z's buffers, and rows[b ^ 1]
 		// (chunk c + Z's) is written: start its copy, then wait for c's.
 		__syncthreads();
-		if ((c + Z) * FA_CHUNK <= pmax) fa_copy<DH>(kv0 + 2 * (b ^ 1) * KV, kv0 + (2 * (b ^ 1) + 1) * KV, kp, vp, rows[b ^ 1]);
+		if ((c + Z) * FA_CHUNK <= pmax) {
+			if (F8)
+				fa_copy8<DH>(st8 + 2 * (b ^ 1) * K8, st8 + (2 * (b ^ 1) + 1) * K8, kp, vp, rows[b ^ 1]);
+			else
+				fa_copy<DH>(kv0 + 2 * (b ^ 1) * KV, kv0 + (2 * (b ^ 1) + 1) * KV, kp, vp, rows[b ^ 1]);
+		}
 		cp_async_commit();
 		// Chunk c + 2Z's table entry, read now, used after the multiply.
 		int pn = (c + 2 * Z) * FA_CHUNK + tid, tb = tid < FA_CHUNK ? fa_entry(blocks, bs, pn, pmax) : 0;
 		cp_async_wait1();
 		__syncthreads();
+		if (F8) { // chunk c's codes to BF16 (every warp is done with chunk c − Z's)
+			fa_widen8<DH>(ks, vs, st8 + 2 * b * K8, st8 + (2 * b + 1) * K8);
+			__syncthreads();
+		}
 		// s for positions 16w .. 16w + 15: fragment element e of s[jj] is
 		// row g + 8·(e >> 1), position c·FA_CHUNK + 8(2w + jj) + 2qd + (e & 1).
 		float s[2][4];
@@ -189,9 +209,13 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	    const int *pos, const int *part_off, const int *work, int bs, int H, int KVH, float scale
 #define FD_ARGS partials, q, kp, vp, tables, stride, seq, pos, part_off, work, bs, H, KVH, scale
 
-// lb_flash_decode_d<head dim>[_q1]: 4 warps; _q1: q and P as one BF16
-// term (attention_mma.cu's _q1 numerics).
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1>(FD_ARGS); }
+// lb_flash_decode_d<head dim>[_q1][_fp8]: 4 warps; _q1: q and P as one
+// BF16 term (attention_mma.cu's _q1 numerics); _fp8: an FP8 cache.
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, true>(FD_ARGS); }

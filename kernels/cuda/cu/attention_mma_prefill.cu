@@ -1,6 +1,6 @@
 // attention_mma_prefill.cu: attention_mma.cu's whole mode for the BF16
-// prefill (q and P as one BF16 term, the _q1 numerics) over a BF16 cache,
-// head dims 64 and 128, with two m-tiles (32 rows) a warp: the same bits as
+// prefill (q and P as one BF16 term, the _q1 numerics) over a BF16 or FP8
+// cache, head dims 64 and 128, with two m-tiles (32 rows) a warp: the same bits as
 // lb_flash_d*_k1_whole_q1, row by row (each row's mma chains, softmax, P
 // rounding, l_c order and fold are attention_mma.cu's; a row never meets
 // another in an mma).
@@ -19,11 +19,17 @@
 // Compute: 1.6 instructions a cycle, the ALU the busiest pipe), so fewer
 // instructions a chunk made it faster: 172.7 → 227 TFLOP/s at 8,192.
 //
+// An FP8 cache (F8, the _fp8 kernels) streams its codes into two stages of
+// bytes instead and widens each chunk's to BF16 in shared memory
+// (fa_widen8) before the multiplies: attention_mma.cu's FP8 numerics
+// (scale·kscale as the scale, the result times vscale, 1 for BF16).
+//
 // Layout and arguments: attention_mma.cu's (FA_PARAMS; whole mode, no
 // partials). A block is 4 warps; warp w takes tokens from t0 + w·2R (R =
 // 16 / G), m-tile mt the R after t0 + (2w + mt)·R. Shared memory, dynamic,
 // in u16: q [4][2][16][Dh + 8], then two stages of k and v
-// [2][2][FA_CHUNK][Dh + 8].
+// [2][2][FA_CHUNK][Dh + 8] (F8: one, then the codes' two stages [2][2]
+// [FA_CHUNK][Dh] bytes).
 #define FP_MT 2
 
 // fp_fold folds a chunk into a warp's rows: M and L by the chunk's (mx, l),
@@ -91,10 +97,10 @@ __device__ __forceinline__ void fp_fold(float oacc[FP_MT][DH / 8][4], float M[FP
 	}
 }
 
-template <int DH>
+template <int DH, bool F8>
 __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp, const u8 *vp, const int *tables,
                                        int stride, const int *seq, const int *pos, const int *work, int bs, int H,
-                                       int KVH, float scale) {
+                                       int KVH, float scale, float vscale) {
 	constexpr int LD = DH + 8, NT = DH / 8, DC = DH / 16, MT = FP_MT, KV = FA_CHUNK * LD;
 	extern __shared__ uint4 fp_smem[];
 	__shared__ i64 rows[2][FA_CHUNK];
@@ -102,13 +108,18 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 	int kh = blockIdx.y, G = H / KVH, R = 16 / G;
 	int wi = gridDim.x - 1 - blockIdx.x; // the longest contexts first
 	int t0 = work[2 * wi], n = work[2 * wi + 1];
+	constexpr int K8 = FA_CHUNK * DH; // one k or v chunk of codes, in bytes
 	u16 *qs = (u16 *)fp_smem + w * MT * 16 * LD, *kv0 = (u16 *)fp_smem + 4 * MT * 16 * LD;
+	u8 *st8 = (u8 *)(kv0 + 2 * KV);
 	const int *blocks = tables ? tables + (i64)seq[t0] * stride : 0;
 	int pmax = pos[t0 + n - 1];
 	// Chunk 0's rows and copy, chunk 1's rows; q meanwhile.
 	fa_rows(rows[0], blocks, bs, KVH, kh, DH, 0, pmax);
 	__syncthreads();
-	fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0]);
+	if (F8)
+		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0]);
+	else
+		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0]);
 	cp_async_commit();
 	fa_rows(rows[1], blocks, bs, KVH, kh, DH, FA_CHUNK, pmax);
 	// Rows g and g + 8 of each m-tile: position (−1: past the tokens).
@@ -142,15 +153,24 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 			for (int e = 0; e < 4; e++) oacc[mt][nn][e] = 0.0f;
 	}
 	for (int c = 0; c * FA_CHUNK <= pmax; c++) {
-		int b = c & 1;
+		int b = c & 1, bb = F8 ? 0 : b; // bb: the BF16 buffers' stage
 		// This lane's ldmatrix addresses in chunk c's k and v (shared space).
-		u32 ka = kv0a + 2 * (2 * b * KV) + klane, va = kv0a + 2 * ((2 * b + 1) * KV) + vlane;
+		u32 ka = kv0a + 2 * (2 * bb * KV) + klane, va = kv0a + 2 * ((2 * bb + 1) * KV) + vlane;
 		__syncthreads(); // every warp is done with chunk c − 1's buffers; rows[b ^ 1] is written
-		if ((c + 1) * FA_CHUNK <= pmax) fa_copy<DH>(kv0 + 2 * (b ^ 1) * KV, kv0 + (2 * (b ^ 1) + 1) * KV, kp, vp, rows[b ^ 1]);
+		if ((c + 1) * FA_CHUNK <= pmax) {
+			if (F8)
+				fa_copy8<DH>(st8 + 2 * (b ^ 1) * K8, st8 + (2 * (b ^ 1) + 1) * K8, kp, vp, rows[b ^ 1]);
+			else
+				fa_copy<DH>(kv0 + 2 * (b ^ 1) * KV, kv0 + (2 * (b ^ 1) + 1) * KV, kp, vp, rows[b ^ 1]);
+		}
 		cp_async_commit();
 		int pn = (c + 2) * FA_CHUNK + tid, tb = tid < FA_CHUNK ? fa_entry(blocks, bs, pn, pmax) : 0;
 		cp_async_wait1();
 		__syncthreads();
+		if (F8) { // chunk c's codes to BF16 (every warp is done with chunk c − 1's)
+			fa_widen8<DH>(kv0, kv0 + KV, st8 + 2 * b * K8, st8 + (2 * b + 1) * K8);
+			__syncthreads();
+		}
 		if (wpmax >= c * FA_CHUNK) {
 			float s[MT][8][4];
 #pragma unroll
@@ -211,17 +231,20 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 			float *ov = out + ((i64)(t0 + wfirst + mt * R + (g + 8 * e2) / G) * H + hrow[e2]) * DH;
 #pragma unroll
 			for (int nn = 0; nn < NT; nn++) {
-				ov[8 * nn + 2 * qd] = __fdiv_rn(oacc[mt][nn][2 * e2], L[mt][e2]);
-				ov[8 * nn + 2 * qd + 1] = __fdiv_rn(oacc[mt][nn][2 * e2 + 1], L[mt][e2]);
+				ov[8 * nn + 2 * qd] = __fmul_rn(__fdiv_rn(oacc[mt][nn][2 * e2], L[mt][e2]), vscale);
+				ov[8 * nn + 2 * qd + 1] = __fmul_rn(__fdiv_rn(oacc[mt][nn][2 * e2 + 1], L[mt][e2]), vscale);
 			}
 		}
 }
 
 #define FP_PARAMS                                                                                                     \
 	float *out, const float *q, const u8 *kp, const u8 *vp, const int *tables, int stride, const int *seq,           \
-	    const int *pos, const int *work, int bs, int H, int KVH, float scale
-#define FP_ARGS out, q, kp, vp, tables, stride, seq, pos, work, bs, H, KVH, scale
+	    const int *pos, const int *work, int bs, int H, int KVH, float scale, float vscale
+#define FP_ARGS out, q, kp, vp, tables, stride, seq, pos, work, bs, H, KVH, scale, vscale
 
-// lb_flash_prefill_d<head dim>_q1: 4 warps of 2 m-tiles.
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<64>(FP_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<128>(FP_ARGS); }
+// lb_flash_prefill_d<head dim>_q1[_fp8]: 4 warps of 2 m-tiles; _fp8: an
+// FP8 cache.
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<64, false>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<128, false>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1_fp8(FP_PARAMS) { lb_pdl_wait(); fp_run<64, true>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1_fp8(FP_PARAMS) { lb_pdl_wait(); fp_run<128, true>(FP_ARGS); }

@@ -29,6 +29,26 @@ __device__ __forceinline__ float e4m3_to_f32(u8 c) {
 	return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
 }
 
+// e4m3x2_bf16x2 decodes the two E4M3FN codes in c's low 16 bits (the
+// first in the low byte) to a BF16 pair (the first in the low half),
+// exactly (E4M3 values are BF16 values); NaN codes give NaNs. From sm_89
+// on, cvt decodes the pair to F16, whose E4M3 values are all normal, and
+// widens it; before, e4m3_to_f32 decodes each.
+__device__ __forceinline__ u32 e4m3x2_bf16x2(u32 c) {
+	u32 r;
+	float a, b;
+#if __CUDA_ARCH__ >= 890
+	u32 h;
+	asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)c));
+	asm("{.reg .b16 l, u;\n\tmov.b32 {l, u}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, u;}" : "=f"(a), "=f"(b) : "r"(h));
+#else
+	a = e4m3_to_f32((u8)c);
+	b = e4m3_to_f32((u8)(c >> 8));
+#endif
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+	return r;
+}
+
 // f32_to_e4m3 encodes with clamping to ±448, as format.E4M3FromFloat32.
 __device__ __forceinline__ u8 f32_to_e4m3(float f) {
 	u32 u = __float_as_uint(f), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
