@@ -139,8 +139,8 @@ func TestPlanAttention(t *testing.T) {
 
 // flashVariant is a setting of the flash kernels' switches.
 type flashVariant struct {
-	name                                     string
-	pipelined, wide, twoTiles, splitRuns, wg bool
+	name                                             string
+	pipelined, wide, twoTiles, splitRuns, wg, fp8int bool
 }
 
 // TestFlashVariants: the _p kernels (the next chunk's copy in flight while
@@ -152,30 +152,33 @@ type flashVariant struct {
 // of a BF16 and of an FP8 cache.
 func TestFlashVariants(t *testing.T) {
 	d := openOrSkip(t)
-	defer func(p, dec, pre, runs, wg bool, swap int) {
-		flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashWGSwap = p, dec, pre, runs, wg, swap
-	}(flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashWGSwap)
-	variants := []flashVariant{{"pipelined", true, false, false, false, false}, {"split runs", false, false, false, true, false},
-		{"decode, prefill and split runs", false, true, true, true, false},
-		{"decode, wgmma prefill and split runs", false, true, true, true, true}}
-	set := func(pipelined, wide, twoTiles, splitRuns, wg bool) {
-		flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG = pipelined, wide, twoTiles, splitRuns, wg
-	}
+	defer func(p, dec, pre, runs, wg, fi bool, swap int) {
+		flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashFP8Int, flashWGSwap = p, dec, pre, runs, wg, fi, swap
+	}(flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashFP8Int, flashWGSwap)
+	variants := []flashVariant{{"pipelined", true, false, false, false, false, false}, {"split runs", false, false, false, true, false, false},
+		{"decode, prefill and split runs", false, true, true, true, false, false},
+		{"decode, prefill and split runs, FP8 codes widened by integer operations", false, true, true, true, false, true},
+		{"decode, wgmma prefill and split runs", false, true, true, true, true, false}}
 	for _, v := range variants {
-		set(v.pipelined, v.wide, v.twoTiles, v.splitRuns, v.wg)
+		v.set()
 		for _, f := range kerneltest.Check(NewOps(d), kerneltest.OpAttention, kerneltest.OpPagedAttention) {
 			t.Errorf("%s: %v", v.name, f)
 		}
 	}
 	for _, dt := range []kernels.KVDType{kernels.KVBF16, kernels.KVFP8} {
-		t.Run(fmt.Sprint(dt), func(t *testing.T) { flashVariantBits(t, d, dt, variants, set) })
+		t.Run(fmt.Sprint(dt), func(t *testing.T) { flashVariantBits(t, d, dt, variants) })
 	}
+}
+
+// set turns the flash kernels' switches to v's.
+func (v flashVariant) set() {
+	flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashFP8Int =
+		v.pipelined, v.wide, v.twoTiles, v.splitRuns, v.wg, v.fp8int
 }
 
 // flashVariantBits is TestFlashVariants's bit comparison over a cache of
 // type dt (FP8: codes with scales that are not powers of two).
-func flashVariantBits(t *testing.T, d *Device, dt kernels.KVDType, variants []flashVariant,
-	set func(pipelined, wide, twoTiles, splitRuns, wg bool)) {
+func flashVariantBits(t *testing.T, d *Device, dt kernels.KVDType, variants []flashVariant) {
 	const H, KVH, Dh, bs, ctx, seqs = 32, 8, 128, 16, 1000, 37
 	rng := rand.New(rand.NewPCG(3, 3))
 	p := &KVPool{DType: dt, KVHeads: KVH, HeadDim: Dh, BlockSize: bs, KScale: 1, VScale: 1}
@@ -262,10 +265,10 @@ func flashVariantBits(t *testing.T, d *Device, dt kernels.KVDType, variants []fl
 			}
 			return got
 		}
-		set(false, false, false, false, false)
+		flashVariant{}.set()
 		want := run()
 		for _, v := range variants {
-			set(v.pipelined, v.wide, v.twoTiles, v.splitRuns, v.wg)
+			v.set()
 			if got := run(); !bytes.Equal(got, want) {
 				t.Errorf("%s: %d tokens (%d BF16, %d single tokens of other sequences): output differs from the one-warp kernels' (%s)",
 					v.name, c.T, c.bf16, c.singles, firstDiff(got, want))

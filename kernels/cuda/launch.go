@@ -8,7 +8,6 @@ import "C"
 import (
 	"fmt"
 	"slices"
-	"time"
 	"unsafe"
 
 	"github.com/lowbit-ai/lowbit/kernels"
@@ -341,7 +340,10 @@ func (k *K) Copy(dst, src Buf) error {
 
 // CopyBandwidth measures the device-to-device copy rate in bytes per
 // second, counting bytes read plus bytes written (the device machine's
-// method): the median of reps copies of n bytes after a warm-up.
+// method): the median of reps copies of n bytes, each timed by a pair of
+// device events, after copyWarmup untimed ones that let the clocks rise
+// (a host clock around each copy read a few percent low, and an idle
+// GPU's first copies lower still).
 func (d *Device) CopyBandwidth(n, reps int) (float64, error) {
 	a, err := d.Alloc(n)
 	if err != nil {
@@ -357,18 +359,49 @@ func (d *Device) CopyBandwidth(n, reps int) (float64, error) {
 		return 0, err
 	}
 	times := make([]float64, 0, reps)
-	for i := range reps + 1 {
-		start := time.Now()
-		if err := d.Run(func(k *K) error { return k.Copy(b, a) }); err != nil {
-			return 0, err
+	err = d.do(func() error {
+		var start, end C.lb_handle
+		if err := check("cuEventCreate", C.lb_cuEventCreate(&start, 0)); err != nil {
+			return err
 		}
-		if i > 0 {
-			times = append(times, time.Since(start).Seconds())
+		defer C.lb_cuEventDestroy(start)
+		if err := check("cuEventCreate", C.lb_cuEventCreate(&end, 0)); err != nil {
+			return err
 		}
+		defer C.lb_cuEventDestroy(end)
+		for i := range copyWarmup + reps {
+			if err := check("cuEventRecord", C.lb_cuEventRecord(start, d.stream)); err != nil {
+				return err
+			}
+			if err := check("cuMemcpyDtoDAsync", C.lb_cuMemcpyDtoDAsync(b.ptr, a.ptr, C.size_t(n), d.stream)); err != nil {
+				return err
+			}
+			if err := check("cuEventRecord", C.lb_cuEventRecord(end, d.stream)); err != nil {
+				return err
+			}
+			if err := check("cuEventSynchronize", C.lb_cuEventSynchronize(end)); err != nil {
+				return err
+			}
+			var ms C.float
+			if err := check("cuEventElapsedTime", C.lb_cuEventElapsedTime(&ms, start, end)); err != nil {
+				return err
+			}
+			if i >= copyWarmup {
+				times = append(times, float64(ms)/1e3)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	slices.Sort(times)
 	return 2 * float64(n) / times[len(times)/2], nil
 }
+
+// copyWarmup is CopyBandwidth's untimed copies: about 40 ms of copying at
+// 2 GiB.
+const copyWarmup = 20
 
 // GatherRows: dst [n, width] = src rows rows[0..n) (int32 indices)
 // (gather.cu).

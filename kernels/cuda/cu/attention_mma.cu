@@ -143,21 +143,25 @@ __device__ __forceinline__ void fa_copy8(u8 *ks, u8 *vs, const u8 *kp, const u8 
 	}
 }
 
-template <int DH>
+// fa_widen8's INT variant decodes by e4m3x4_bf16x2 (falling back to
+// e4m3x2_bf16x2 for 16 codes with a NaN among them): the same values.
+template <int DH, bool INT>
 __device__ __forceinline__ void fa_widen8(u16 *ks, u16 *vs, const u8 *k8, const u8 *v8) {
 	constexpr int LD = DH + 8, U = DH / 16, N = FA_CHUNK * U;
 	for (int i = threadIdx.x; i < 2 * N; i += blockDim.x) {
 		int r = i % N, j = r / U, u = r % U;
 		uint4 c = *(const uint4 *)((i < N ? k8 : v8) + j * DH + u * 16);
-		u32 w[4] = {c.x, c.y, c.z, c.w};
-		uint4 lo, hi;
-		lo.x = e4m3x2_bf16x2(w[0]), lo.y = e4m3x2_bf16x2(w[0] >> 16);
-		lo.z = e4m3x2_bf16x2(w[1]), lo.w = e4m3x2_bf16x2(w[1] >> 16);
-		hi.x = e4m3x2_bf16x2(w[2]), hi.y = e4m3x2_bf16x2(w[2] >> 16);
-		hi.z = e4m3x2_bf16x2(w[3]), hi.w = e4m3x2_bf16x2(w[3] >> 16);
+		u32 w[4] = {c.x, c.y, c.z, c.w}, o[8];
+		if (INT && !(e4m3_has_nan(c.x) | e4m3_has_nan(c.y) | e4m3_has_nan(c.z) | e4m3_has_nan(c.w))) {
+#pragma unroll
+			for (int k = 0; k < 4; k++) e4m3x4_bf16x2(w[k], &o[2 * k], &o[2 * k + 1]);
+		} else {
+#pragma unroll
+			for (int k = 0; k < 4; k++) o[2 * k] = e4m3x2_bf16x2(w[k]), o[2 * k + 1] = e4m3x2_bf16x2(w[k] >> 16);
+		}
 		u16 *d = (i < N ? ks : vs) + j * LD + u * 16;
-		*(uint4 *)d = lo;
-		*(uint4 *)(d + 8) = hi;
+		*(uint4 *)d = make_uint4(o[0], o[1], o[2], o[3]);
+		*(uint4 *)(d + 8) = make_uint4(o[4], o[5], o[6], o[7]);
 	}
 }
 
