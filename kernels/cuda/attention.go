@@ -252,23 +252,13 @@ func flashScales(p *KVPool, scale float32) (float32, float32) {
 	return scale, 1
 }
 
-// flashFP8 is the kernel-name suffix of an FP8 cache's variants: _fp8,
-// or _fp8i with flashFP8Int.
+// flashFP8 is the kernel-name suffix of an FP8 cache's variants.
 func flashFP8(p *KVPool) string {
-	switch {
-	case p.DType != kernels.KVFP8:
-		return ""
-	case flashFP8Int:
-		return "_fp8i"
+	if p.DType == kernels.KVFP8 {
+		return "_fp8"
 	}
-	return "_fp8"
+	return ""
 }
-
-// flashFP8Int picks the decode and prefill kernels that widen an FP8
-// cache's codes to BF16 by integer operations and a BF16 multiply
-// (e4m3x4_bf16x2) rather than by cvt: the same bits (TestFlashVariants),
-// compared by BenchmarkKernels.
-var flashFP8Int = false
 
 // flashCodesBytes is the shared memory the _fp8 kernels add for two
 // stages of a chunk's k and v codes.

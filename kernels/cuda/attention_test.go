@@ -139,8 +139,8 @@ func TestPlanAttention(t *testing.T) {
 
 // flashVariant is a setting of the flash kernels' switches.
 type flashVariant struct {
-	name                                             string
-	pipelined, wide, twoTiles, splitRuns, wg, fp8int bool
+	name                                     string
+	pipelined, wide, twoTiles, splitRuns, wg bool
 }
 
 // TestFlashVariants: the _p kernels (the next chunk's copy in flight while
@@ -152,13 +152,12 @@ type flashVariant struct {
 // of a BF16 and of an FP8 cache.
 func TestFlashVariants(t *testing.T) {
 	d := openOrSkip(t)
-	defer func(p, dec, pre, runs, wg, fi bool, swap int) {
-		flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashFP8Int, flashWGSwap = p, dec, pre, runs, wg, fi, swap
-	}(flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashFP8Int, flashWGSwap)
-	variants := []flashVariant{{"pipelined", true, false, false, false, false, false}, {"split runs", false, false, false, true, false, false},
-		{"decode, prefill and split runs", false, true, true, true, false, false},
-		{"decode, prefill and split runs, FP8 codes widened by integer operations", false, true, true, true, false, true},
-		{"decode, wgmma prefill and split runs", false, true, true, true, true, false}}
+	defer func(p, dec, pre, runs, wg bool, swap int) {
+		flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashWGSwap = p, dec, pre, runs, wg, swap
+	}(flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashWGSwap)
+	variants := []flashVariant{{"pipelined", true, false, false, false, false}, {"split runs", false, false, false, true, false},
+		{"decode, prefill and split runs", false, true, true, true, false},
+		{"decode, wgmma prefill and split runs", false, true, true, true, true}}
 	for _, v := range variants {
 		v.set()
 		for _, f := range kerneltest.Check(NewOps(d), kerneltest.OpAttention, kerneltest.OpPagedAttention) {
@@ -172,8 +171,7 @@ func TestFlashVariants(t *testing.T) {
 
 // set turns the flash kernels' switches to v's.
 func (v flashVariant) set() {
-	flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG, flashFP8Int =
-		v.pipelined, v.wide, v.twoTiles, v.splitRuns, v.wg, v.fp8int
+	flashPipelined, flashDecode, flashPrefill, flashSplitRuns, flashPrefillWG = v.pipelined, v.wide, v.twoTiles, v.splitRuns, v.wg
 }
 
 // flashVariantBits is TestFlashVariants's bit comparison over a cache of

@@ -304,9 +304,9 @@ func BenchmarkKernels(b *testing.B) {
 	// Decode: attention_mma_decode.cu's four warps a chunk (flashDecode,
 	// the default) beside the one-warp split kernels (the same bits,
 	// TestFlashVariants).
-	defer func(p, dec, pre, wg, fi bool) {
-		flashPipelined, flashDecode, flashPrefill, flashPrefillWG, flashFP8Int = p, dec, pre, wg, fi
-	}(flashPipelined, flashDecode, flashPrefill, flashPrefillWG, flashFP8Int)
+	defer func(p, dec, pre, wg bool) {
+		flashPipelined, flashDecode, flashPrefill, flashPrefillWG = p, dec, pre, wg
+	}(flashPipelined, flashDecode, flashPrefill, flashPrefillWG)
 	for _, wide := range []bool{true, false} {
 		flashDecode = wide
 		suffix := map[bool]string{false: "-one-warp"}[wide]
@@ -319,23 +319,17 @@ func BenchmarkKernels(b *testing.B) {
 	for _, c := range []struct{ seqs, ctx int }{{1, 8192}, {32, 8192}} {
 		b.Run(fmt.Sprintf("attention-decode-bf16/seqs=%d/ctx=%d", c.seqs, c.ctx), func(b *testing.B) { attention(b, kernels.KVBF16, c.seqs, 1, c.ctx, c.seqs) })
 	}
-	// Over an FP8 cache (the _fp8 kernels, and with -int the _fp8i ones):
-	// half the bytes of BF16's.
-	for _, fi := range []bool{false, true} {
-		flashFP8Int = fi
-		suffix := map[bool]string{true: "-int"}[fi]
-		for _, c := range []struct{ seqs, ctx int }{{1, 8192}, {32, 8192}} {
-			b.Run(fmt.Sprintf("attention-decode-fp8%s/seqs=%d/ctx=%d", suffix, c.seqs, c.ctx), func(b *testing.B) { attention(b, kernels.KVFP8, c.seqs, 1, c.ctx, 0) })
-			b.Run(fmt.Sprintf("attention-decode-bf16-fp8%s/seqs=%d/ctx=%d", suffix, c.seqs, c.ctx), func(b *testing.B) { attention(b, kernels.KVFP8, c.seqs, 1, c.ctx, c.seqs) })
-		}
+	// Over an FP8 cache (the _fp8 kernels): half the bytes of BF16's.
+	for _, c := range []struct{ seqs, ctx int }{{1, 8192}, {32, 8192}} {
+		b.Run(fmt.Sprintf("attention-decode-fp8/seqs=%d/ctx=%d", c.seqs, c.ctx), func(b *testing.B) { attention(b, kernels.KVFP8, c.seqs, 1, c.ctx, 0) })
+		b.Run(fmt.Sprintf("attention-decode-bf16-fp8/seqs=%d/ctx=%d", c.seqs, c.ctx), func(b *testing.B) { attention(b, kernels.KVFP8, c.seqs, 1, c.ctx, c.seqs) })
 	}
-	flashFP8Int = false
 	// Prefill: q and P in three BF16 terms, and as one (the BF16 prefill).
 	for _, c := range []struct {
 		name string
 		T    int
 		bf16 bool
-	}{{"", 1024, false}, {"", 8192, false}, {"-bf16", 1024, true}, {"-bf16", 8192, true}, {"-bf16-fp8", 8192, true}, {"-bf16-fp8-int", 8192, true},
+	}{{"", 1024, false}, {"", 8192, false}, {"-bf16", 1024, true}, {"-bf16", 8192, true}, {"-bf16-fp8", 8192, true},
 		{"-bf16-wgmma", 1024, true}, {"-bf16-wgmma", 8192, true}, {"-bf16-one-tile", 1024, true}, {"-bf16-one-tile", 8192, true},
 		{"-pipelined", 1024, false}, {"-pipelined", 8192, false}, {"-bf16-pipelined", 1024, true}, {"-bf16-pipelined", 8192, true}} {
 		T := c.T
@@ -343,12 +337,11 @@ func BenchmarkKernels(b *testing.B) {
 		// -bf16-wgmma: attention_wgmma_prefill.cu (sm_90a); -one-tile and
 		// -pipelined: attention_mma.cu's kernels.
 		flashPipelined = strings.HasSuffix(c.name, "pipelined")
-		flashPrefill = c.name == "-bf16" || c.name == "-bf16-wgmma" || strings.Contains(c.name, "-fp8")
-		flashFP8Int = strings.HasSuffix(c.name, "-int")
+		flashPrefill = c.name == "-bf16" || c.name == "-bf16-wgmma" || c.name == "-bf16-fp8"
 		flashPrefillWG = c.name == "-bf16-wgmma"
 		b.Run(fmt.Sprintf("attention-prefill%s/T=%d", c.name, T), func(b *testing.B) {
 			dt := kernels.KVBF16
-			if strings.Contains(c.name, "-fp8") {
+			if c.name == "-bf16-fp8" {
 				dt = kernels.KVFP8
 			}
 			per := attention(b, dt, 1, T, T, map[bool]int{true: T}[c.bf16])

@@ -143,25 +143,25 @@ __device__ __forceinline__ void fa_copy8(u8 *ks, u8 *vs, const u8 *kp, const u8 
 	}
 }
 
-// fa_widen8's INT variant decodes by e4m3x4_bf16x2 (falling back to
-// e4m3x2_bf16x2 for 16 codes with a NaN among them): the same values.
-template <int DH, bool INT>
+// fa_widen16 writes the 16 codes of row j from column d of a chunk of
+// codes (c8, [FA_CHUNK][DH] bytes) as BF16 into dst ([FA_CHUNK][DH + 8]).
+template <int DH>
+__device__ __forceinline__ void fa_widen16(u16 *dst, const u8 *c8, int j, int d) {
+	uint4 c = *(const uint4 *)(c8 + j * DH + d);
+	u32 w[4] = {c.x, c.y, c.z, c.w}, o[8];
+#pragma unroll
+	for (int k = 0; k < 4; k++) o[2 * k] = e4m3x2_bf16x2(w[k]), o[2 * k + 1] = e4m3x2_bf16x2(w[k] >> 16);
+	u16 *t = dst + j * (DH + 8) + d;
+	*(uint4 *)t = make_uint4(o[0], o[1], o[2], o[3]);
+	*(uint4 *)(t + 8) = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+template <int DH>
 __device__ __forceinline__ void fa_widen8(u16 *ks, u16 *vs, const u8 *k8, const u8 *v8) {
-	constexpr int LD = DH + 8, U = DH / 16, N = FA_CHUNK * U;
+	constexpr int U = DH / 16, N = FA_CHUNK * U;
 	for (int i = threadIdx.x; i < 2 * N; i += blockDim.x) {
-		int r = i % N, j = r / U, u = r % U;
-		uint4 c = *(const uint4 *)((i < N ? k8 : v8) + j * DH + u * 16);
-		u32 w[4] = {c.x, c.y, c.z, c.w}, o[8];
-		if (INT && !(e4m3_has_nan(c.x) | e4m3_has_nan(c.y) | e4m3_has_nan(c.z) | e4m3_has_nan(c.w))) {
-#pragma unroll
-			for (int k = 0; k < 4; k++) e4m3x4_bf16x2(w[k], &o[2 * k], &o[2 * k + 1]);
-		} else {
-#pragma unroll
-			for (int k = 0; k < 4; k++) o[2 * k] = e4m3x2_bf16x2(w[k]), o[2 * k + 1] = e4m3x2_bf16x2(w[k] >> 16);
-		}
-		u16 *d = (i < N ? ks : vs) + j * LD + u * 16;
-		*(uint4 *)d = make_uint4(o[0], o[1], o[2], o[3]);
-		*(uint4 *)(d + 8) = make_uint4(o[4], o[5], o[6], o[7]);
+		int r = i % N;
+		fa_widen16<DH>(i < N ? ks : vs, i < N ? k8 : v8, r / U, 16 * (r % U));
 	}
 }
 

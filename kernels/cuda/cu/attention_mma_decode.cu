@@ -16,10 +16,11 @@
 // while chunk c is multiplied; a block runs chunks z, z + Z, ... of one
 // tile (16 rows: 16 / G tokens × the G query heads of KV head blockIdx.y).
 //
-// An FP8 cache (F8: 1 for the _fp8 kernels, 2 for _fp8i) streams its codes into two stages of
-// bytes instead and widens each chunk's to BF16 in shared memory
-// (fa_widen8) before the multiplies: attention_mma.cu's FP8 numerics, the
-// same bits as its one-warp kernels.
+// An FP8 cache (F8, the _fp8 kernels) streams its codes into two stages of
+// bytes instead and widens each chunk's to BF16 in shared memory before
+// the multiplies, each warp the k positions and v head dims it reads
+// (fa_widen16, with no block barrier between widen and multiply):
+// attention_mma.cu's FP8 numerics, the same bits as its one-warp kernels.
 //
 // Layout and arguments: attention_mma.cu's (FA_PARAMS). Shared memory,
 // dynamic, in u16: q terms [QT][16][Dh + 8], then two stages of k and v
@@ -27,7 +28,7 @@
 // (F8: then the codes, two stages of k and v [2][2][FA_CHUNK][Dh] bytes).
 #define FD_LDP (FA_CHUNK + 8)
 
-template <int DH, int QT, int F8>
+template <int DH, int QT, bool F8>
 __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8 *kp, const u8 *vp, const int *tables,
                                        int stride, const int *seq, const int *pos, const int *part_off, const int *work,
                                        int bs, int H, int KVH, float scale) {
@@ -84,9 +85,14 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 		int pn = (c + 2 * Z) * FA_CHUNK + tid, tb = tid < FA_CHUNK ? fa_entry(blocks, bs, pn, pmax) : 0;
 		cp_async_wait1();
 		__syncthreads();
-		if (F8) { // chunk c's codes to BF16 (every warp is done with chunk c − Z's)
-			fa_widen8<DH, F8 == 2>(ks, vs, st8 + 2 * b * K8, st8 + (2 * b + 1) * K8);
-			__syncthreads();
+		if (F8) {
+			// Chunk c's codes to BF16: each warp widens what it alone
+			// reads, its 16 positions of k and its head dims of v, so
+			// only its own lanes need to see them.
+			const u8 *k8 = st8 + 2 * b * K8, *v8 = k8 + K8;
+			for (int i = lane; i < 16 * (DH / 16); i += 32) fa_widen16<DH>(ks, k8, 16 * w + i / (DH / 16), 16 * (i % (DH / 16)));
+			for (int i = lane; i < FA_CHUNK * DPW; i += 32) fa_widen16<DH>(vs, v8, i / DPW, 16 * (DPW * w + i % DPW));
+			__syncwarp();
 		}
 		// s for positions 16w .. 16w + 15: fragment element e of s[jj] is
 		// row g + 8·(e >> 1), position c·FA_CHUNK + 8(2w + jj) + 2qd + (e & 1).
@@ -211,16 +217,11 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 
 // lb_flash_decode_d<head dim>[_q1][_fp8]: 4 warps; _q1: q and P as one
 // BF16 term (attention_mma.cu's _q1 numerics); _fp8: an FP8 cache.
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, 0>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, 0>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, 0>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, 0>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, 1>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, 1>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, 1>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, 1>(FD_ARGS); }
-// _fp8i: the codes widened by integer operations (fa_widen8's INT).
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_fp8i(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, 2>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1_fp8i(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, 2>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_fp8i(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, 2>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1_fp8i(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, 2>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, true>(FD_ARGS); }

@@ -19,7 +19,7 @@
 // Compute: 1.6 instructions a cycle, the ALU the busiest pipe), so fewer
 // instructions a chunk made it faster: 172.7 → 227 TFLOP/s at 8,192.
 //
-// An FP8 cache (F8: 1 for the _fp8 kernels, 2 for _fp8i) streams its codes into two stages of
+// An FP8 cache (F8, the _fp8 kernels) streams its codes into two stages of
 // bytes instead and widens each chunk's to BF16 in shared memory
 // (fa_widen8) before the multiplies: attention_mma.cu's FP8 numerics
 // (scale·kscale as the scale, the result times vscale, 1 for BF16).
@@ -97,7 +97,7 @@ __device__ __forceinline__ void fp_fold(float oacc[FP_MT][DH / 8][4], float M[FP
 	}
 }
 
-template <int DH, int F8>
+template <int DH, bool F8>
 __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp, const u8 *vp, const int *tables,
                                        int stride, const int *seq, const int *pos, const int *work, int bs, int H,
                                        int KVH, float scale, float vscale) {
@@ -168,7 +168,7 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 		cp_async_wait1();
 		__syncthreads();
 		if (F8) { // chunk c's codes to BF16 (every warp is done with chunk c − 1's)
-			fa_widen8<DH, F8 == 2>(kv0, kv0 + KV, st8 + 2 * b * K8, st8 + (2 * b + 1) * K8);
+			fa_widen8<DH>(kv0, kv0 + KV, st8 + 2 * b * K8, st8 + (2 * b + 1) * K8);
 			__syncthreads();
 		}
 		if (wpmax >= c * FA_CHUNK) {
@@ -244,10 +244,7 @@ __device__ __forceinline__ void fp_run(float *out, const float *q, const u8 *kp,
 
 // lb_flash_prefill_d<head dim>_q1[_fp8]: 4 warps of 2 m-tiles; _fp8: an
 // FP8 cache.
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<64, 0>(FP_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<128, 0>(FP_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1_fp8(FP_PARAMS) { lb_pdl_wait(); fp_run<64, 1>(FP_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1_fp8(FP_PARAMS) { lb_pdl_wait(); fp_run<128, 1>(FP_ARGS); }
-// _fp8i: the codes widened by integer operations (fa_widen8's INT).
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1_fp8i(FP_PARAMS) { lb_pdl_wait(); fp_run<64, 2>(FP_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1_fp8i(FP_PARAMS) { lb_pdl_wait(); fp_run<128, 2>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<64, false>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1(FP_PARAMS) { lb_pdl_wait(); fp_run<128, false>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d64_q1_fp8(FP_PARAMS) { lb_pdl_wait(); fp_run<64, true>(FP_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_prefill_d128_q1_fp8(FP_PARAMS) { lb_pdl_wait(); fp_run<128, true>(FP_ARGS); }

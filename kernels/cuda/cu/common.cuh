@@ -49,25 +49,6 @@ __device__ __forceinline__ u32 e4m3x2_bf16x2(u32 c) {
 	return r;
 }
 
-// e4m3x4_bf16x2 decodes the four E4M3FN codes of w (the first in the low
-// byte) to two BF16 pairs (codes 0, 1 in lo; 2, 3 in hi), exactly, for
-// codes that are not NaN (0x7F, 0xFF), with integer operations and one
-// BF16 multiply a pair instead of e4m3x2_bf16x2's conversions: a code's
-// sign and its seven other bits shifted down four are the BF16 of
-// value·2^-120 (codes below 8, E4M3 subnormals, become BF16 subnormals),
-// and the fma by 2^120 (plus −0, which keeps every sign) is exact.
-__device__ __forceinline__ void e4m3x4_bf16x2(u32 w, u32 *lo, u32 *hi) {
-	u32 a = __byte_perm(w, 0u, 0x1404), b = __byte_perm(w, 0u, 0x3424); // codes in the halves' high bytes
-	a = (a & 0x80008000u) | ((a >> 4) & 0x07F007F0u);
-	b = (b & 0x80008000u) | ((b >> 4) & 0x07F007F0u);
-	asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(*lo) : "r"(a), "r"(0x7B807B80u), "r"(0x80008000u));
-	asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(*hi) : "r"(b), "r"(0x7B807B80u), "r"(0x80008000u));
-}
-
-// e4m3_has_nan reports whether any byte of w is an E4M3 NaN code: its low
-// seven bits all ones carry into its top bit when one is added.
-__device__ __forceinline__ u32 e4m3_has_nan(u32 w) { return ((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u; }
-
 // f32_to_e4m3 encodes with clamping to ±448, as format.E4M3FromFloat32.
 __device__ __forceinline__ u8 f32_to_e4m3(float f) {
 	u32 u = __float_as_uint(f), sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
