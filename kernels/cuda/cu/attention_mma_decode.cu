@@ -17,10 +17,11 @@
 // tile (16 rows: 16 / G tokens × the G query heads of KV head blockIdx.y).
 //
 // An FP8 cache (F8, the _fp8 kernels) streams its codes into two stages of
-// bytes instead and widens each chunk's to BF16 in shared memory before
-// the multiplies, each warp the k positions and v head dims it reads
-// (fa_widen16, with no block barrier between widen and multiply):
-// attention_mma.cu's FP8 numerics, the same bits as its one-warp kernels.
+// bytes instead and widens each chunk's to BF16 in shared memory
+// (fa_widen8) before the multiplies: attention_mma.cu's FP8 numerics, the
+// same bits as its one-warp kernels. (Each warp widening only what it
+// reads, with a warp sync for the block barrier, measured the same on the
+// H200: BENCHMARKS.md.)
 //
 // Layout and arguments: attention_mma.cu's (FA_PARAMS). Shared memory,
 // dynamic, in u16: q terms [QT][16][Dh + 8], then two stages of k and v
@@ -85,14 +86,9 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 		int pn = (c + 2 * Z) * FA_CHUNK + tid, tb = tid < FA_CHUNK ? fa_entry(blocks, bs, pn, pmax) : 0;
 		cp_async_wait1();
 		__syncthreads();
-		if (F8) {
-			// Chunk c's codes to BF16: each warp widens what it alone
-			// reads, its 16 positions of k and its head dims of v, so
-			// only its own lanes need to see them.
-			const u8 *k8 = st8 + 2 * b * K8, *v8 = k8 + K8;
-			for (int i = lane; i < 16 * (DH / 16); i += 32) fa_widen16<DH>(ks, k8, 16 * w + i / (DH / 16), 16 * (i % (DH / 16)));
-			for (int i = lane; i < FA_CHUNK * DPW; i += 32) fa_widen16<DH>(vs, v8, i / DPW, 16 * (DPW * w + i % DPW));
-			__syncwarp();
+		if (F8) { // chunk c's codes to BF16 (every warp is done with chunk c − Z's)
+			fa_widen8<DH>(ks, vs, st8 + 2 * b * K8, st8 + (2 * b + 1) * K8);
+			__syncthreads();
 		}
 		// s for positions 16w .. 16w + 15: fragment element e of s[jj] is
 		// row g + 8·(e >> 1), position c·FA_CHUNK + 8(2w + jj) + 2qd + (e & 1).
