@@ -73,7 +73,10 @@
 // An Executor owns a pool and runs batches on it: a KVPool on the CPU, or
 // a CUDAExecutor, which keeps the weights, the pool and the activations on
 // a GPU and launches the CUDA kernels in the same order, with the same
-// float32 numerics (decode steps replayed from CUDA graphs).
+// float32 numerics (decode steps replayed from CUDA graphs), except that
+// its attention over an FP8 cache applies k_scale and v_scale to the
+// scores and the output rather than to each key and value, as vLLM does: a
+// few float32 ulps apart.
 //
 // # Sampling and generation
 //
