@@ -137,6 +137,43 @@ func TestPlanAttention(t *testing.T) {
 	})
 }
 
+// TestFlashCacheKernels: which kernels and scales each cache type gets.
+// An FP8 cache takes the BF16 cache's one-term kernels with its _fp8
+// variants, scale·k_scale as the softmax scale and v_scale on the result;
+// the wgmma prefill stays BF16's alone; a float32 cache keeps the
+// three-term kernels. Runs without a GPU.
+func TestFlashCacheKernels(t *testing.T) {
+	defer func(dec, pre, wg bool) { flashDecode, flashPrefill, flashPrefillWG = dec, pre, wg }(flashDecode, flashPrefill, flashPrefillWG)
+	flashDecode, flashPrefill, flashPrefillWG = true, true, true
+	k := &K{d: &Device{Arch: "sm_90a"}}
+	scale, ks := float32(0.088), float32(0.37) // variables: a float32 product, rounded once
+	for _, c := range []struct {
+		dt            kernels.KVDType
+		oneTerm, wg   bool
+		suffix        string
+		scale, vscale float32
+	}{
+		{kernels.KVBF16, true, true, "", scale, 1},
+		{kernels.KVFP8, true, false, "_fp8", scale * ks, 1.7},
+		{kernels.KVFloat32, false, false, "", scale, 1},
+	} {
+		p := &KVPool{DType: c.dt, KVHeads: 8, HeadDim: 128, KScale: ks, VScale: 1.7}
+		if c.dt != kernels.KVFP8 {
+			p.KScale, p.VScale = 1, 1
+		}
+		fs, vs := flashScales(p, scale)
+		if flashOneTerm(p) != c.oneTerm || flashDecodeFits(p) != c.oneTerm || flashPrefillFits(p) != c.oneTerm ||
+			k.flashPrefillWGFits(p) != c.wg || flashFP8(p) != c.suffix || fs != c.scale || vs != c.vscale {
+			t.Errorf("%v: one term %v, decode %v, prefill %v, wgmma %v, suffix %q, scales %v %v; want %v, %v, %v, %v, %q, %v %v",
+				c.dt, flashOneTerm(p), flashDecodeFits(p), flashPrefillFits(p), k.flashPrefillWGFits(p), flashFP8(p), fs, vs,
+				c.oneTerm, c.oneTerm, c.oneTerm, c.wg, c.suffix, c.scale, c.vscale)
+		}
+		if got, want := flashCodesBytes(p), map[bool]int{true: 4 * 64 * 128}[c.dt == kernels.KVFP8]; got != want {
+			t.Errorf("%v: %d bytes of staged codes, want %d", c.dt, got, want)
+		}
+	}
+}
+
 // flashVariant is a setting of the flash kernels' switches.
 type flashVariant struct {
 	name                                     string
