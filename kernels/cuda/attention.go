@@ -260,6 +260,16 @@ func flashFP8(p *KVPool) string {
 	return ""
 }
 
+// flashBF16Chunks is how many BF16 k or v chunks the decode and prefill
+// kernels keep in shared memory: two stages of k and v, or for the _fp8
+// kernels one (the codes' two stages are flashCodesBytes).
+func flashBF16Chunks(p *KVPool) int {
+	if p.DType == kernels.KVFP8 {
+		return 2
+	}
+	return 4
+}
+
 // flashCodesBytes is the shared memory the _fp8 kernels add for two
 // stages of a chunk's k and v codes.
 func flashCodesBytes(p *KVPool) int {
@@ -383,11 +393,7 @@ func (k *K) flashWhole(out, q Buf, p *KVPool, b *Batch, H int, scale, vscale flo
 			continue
 		}
 		if r.suffix == "_q1" && flashPrefillFits(p) {
-			stages := 4 // two of k and v; _fp8: one, and the codes' two
-			if p.DType == kernels.KVFP8 {
-				stages = 2
-			}
-			shmem := (4*flashPrefillTiles*16*ld+stages*flashChunk*ld)*2 + flashCodesBytes(p)
+			shmem := (4*flashPrefillTiles*16*ld+flashBF16Chunks(p)*flashChunk*ld)*2 + flashCodesBytes(p)
 			if err := k.d.launch(fmt.Sprintf("lb_flash_prefill_d%d_q1%s", p.HeadDim, flashFP8(p)), [3]int{r.last - r.first, p.KVHeads, 1}, [3]int{128, 1, 1}, shmem,
 				ptrArg(out.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr),
 				ptrArg(b.Pos.ptr), ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale),
@@ -420,11 +426,7 @@ func (k *K) flashSplit(q, parts Buf, p *KVPool, b *Batch, H int, scale float32) 
 			continue
 		}
 		ld := p.HeadDim + 8
-		stages := 4 // two of k and v; _fp8: one, and the codes' two
-		if p.DType == kernels.KVFP8 {
-			stages = 2
-		}
-		shmem := (r.qterms*16*ld+stages*flashChunk*ld+r.qterms*16*(flashChunk+8))*2 + flashCodesBytes(p)
+		shmem := (r.qterms*16*ld+flashBF16Chunks(p)*flashChunk*ld+r.qterms*16*(flashChunk+8))*2 + flashCodesBytes(p)
 		if err := k.d.launch(fmt.Sprintf("lb_flash_decode_d%d%s%s", p.HeadDim, r.suffix, flashFP8(p)), [3]int{r.last - r.first, p.KVHeads, pl.Z},
 			[3]int{128, 1, 1}, shmem, ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr),
 			intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr),
