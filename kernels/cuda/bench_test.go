@@ -128,40 +128,25 @@ func BenchmarkKernels(b *testing.B) {
 		if len(sh.outs) > 1 {
 			shape = fmt.Sprintf("%vx%d", sh.outs, sh.in)
 		}
-		// stream: lb_mma_gemv_stream's token groups (0: off), its warps and
-		// ring; bf16: BF16 activations (one term, the split included).
 		for _, v := range []struct {
-			name                         string
-			groups, warps, stream, sring int
-			bf16                         bool
+			name          string
+			groups, warps int
 		}{
-			{"", mmaBulkGroups, mmaBulkWarps, mmaStreamGroups, mmaStreamRing, false},
-			{"lb_mma_gemv/", 0, 0, 0, 0, false},
-			{"lb_mma_gemv_bulk/warps=4/", 1, 4, 0, 0, false},
-			{"lb_mma_gemv_bulk/warps=8/", 1, 8, 0, 0, false},
-			{"lb_mma_gemv_stream/warps=8/ring=2/", 0, 8, 1, 2, false},
-			{"lb_mma_gemv_bulk1/", 1, 0, 0, 0, true},
-			{"lb_mma_gemv_stream1/warps=8/ring=2/", 0, 8, 1, 2, true},
-			{"lb_mma_gemv_stream1/warps=8/ring=3/", 0, 8, 1, 3, true},
-			{"lb_mma_gemv_stream1/warps=4/ring=2/", 0, 4, 1, 2, true},
-			{"lb_mma_gemv_stream1/warps=4/ring=3/", 0, 4, 1, 3, true},
-			{"lb_mma_gemv_stream1/warps=6/ring=2/", 0, 6, 1, 2, true},
+			{"", mmaBulkGroups, mmaBulkWarps},
+			{"lb_mma_gemv/", 0, 0},
+			{"lb_mma_gemv_bulk/warps=4/", 1, 4},
+			{"lb_mma_gemv_bulk/warps=8/", 1, 8},
 		} {
 			b.Run(fmt.Sprintf("gemv-bf16/%s%s", v.name, shape), func(b *testing.B) {
-				defer func(g, w, sg, sw, sr int) {
-					mmaBulkGroups, mmaBulkWarps, mmaStreamGroups, mmaStreamWarps, mmaStreamRing = g, w, sg, sw, sr
-				}(mmaBulkGroups, mmaBulkWarps, mmaStreamGroups, mmaStreamWarps, mmaStreamRing)
-				mmaBulkGroups, mmaBulkWarps, mmaStreamGroups = v.groups, v.warps, v.stream
-				if v.stream > 0 {
-					mmaStreamWarps, mmaStreamRing = v.warps, v.sring
-				}
-				if v.bf16 {
-					timeGraph(b, func(k *K) error { return k.MatMulSharedBF16(x, 1, ys, dws) }, float64(bytes))
-					return
-				}
+				defer func(g, w int) { mmaBulkGroups, mmaBulkWarps = g, w }(mmaBulkGroups, mmaBulkWarps)
+				mmaBulkGroups, mmaBulkWarps = v.groups, v.warps
 				timeGraph(b, func(k *K) error { return k.MatMulShared(x, 1, ys, dws) }, float64(bytes))
 			})
 		}
+		// BF16 activations (one term: lb_mma_gemv_bulk1, its split included).
+		b.Run(fmt.Sprintf("gemv-bf16/lb_mma_gemv_bulk1/%s", shape), func(b *testing.B) {
+			timeGraph(b, func(k *K) error { return k.MatMulSharedBF16(x, 1, ys, dws) }, float64(bytes))
+		})
 		for i := range dws {
 			d.Free(dws[i].Data)
 			d.Free(ys[i])

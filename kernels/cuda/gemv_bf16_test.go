@@ -17,19 +17,16 @@ import (
 // rounded to the nearest BF16 on the host, for T = 1 to 32: on
 // lb_mma_gemv_bulk1 in blocks of 8, 5 and 4 warps and rings of 1 and 2, and
 // on lb_mma_gemv_tiles1 (2 and 4 row tiles a block; warps as many as fit,
-// or 3: the spans split unevenly; rings of 1 and 2), on lb_mma_gemv_stream1
-// (8 and 3 warps, rings of 1 to 4, where they fit), and on the three-term
+// or 3: the spans split unevenly; rings of 1 and 2), and on the three-term
 // kernels reading the one-term buffer (mmaBulk1Groups 0), whose mid and lo
 // terms must be zeros. So the one-term path computes exactly the
 // float32-activation contract on BF16-rounded inputs.
 func TestGemvBF16Terms(t *testing.T) {
 	d := openOrSkip(t)
-	defer func(groups, warps, ring, from, spans, mt, tw, tr, sg, sw, sr int) {
+	defer func(groups, warps, ring, from, spans, mt, tw, tr int) {
 		mmaBulk1Groups, mmaBulkWarps, mmaBulkRing = groups, warps, ring
 		mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring = from, spans, mt, tw, tr
-		mmaStreamGroups, mmaStreamWarps, mmaStreamRing = sg, sw, sr
-	}(mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring,
-		mmaStreamGroups, mmaStreamWarps, mmaStreamRing)
+	}(mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From, mmaTiles1Spans, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring)
 	mmaTiles1Spans = 0
 	rng := rand.New(rand.NewPCG(11, 13))
 	for _, c := range []struct {
@@ -72,30 +69,26 @@ func TestGemvBF16Terms(t *testing.T) {
 		}
 		never := mmaGemvTokens + 1
 		for T := 1; T <= mmaGemvTokens; T++ {
-			mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From, mmaStreamGroups = 0, 0, 1, never, 0
+			mmaBulk1Groups, mmaBulkWarps, mmaBulkRing, mmaTiles1From = 0, 0, 1, never
 			want := run(xbd, T, false)
 			for _, v := range []struct {
 				name                string
 				groups, warps, ring int
 				from, mt            int // lb_mma_gemv_tiles1 from T = from, mt tiles a block
-				stream              int // lb_mma_gemv_stream1 up to stream token groups
 			}{
-				{"three-term kernels on one term", 0, 0, 1, never, 2, 0},
-				{"lb_mma_gemv_bulk1, 8 warps", mmaGemvTokens / 8, 8, 1 + T%2, never, 2, 0},
-				{"lb_mma_gemv_bulk1, 5 warps", mmaGemvTokens / 8, 5, 1 + (T+1)%2, never, 2, 0},
-				{"lb_mma_gemv_bulk1, 4 warps", mmaGemvTokens / 8, 4, 1 + T%2, never, 2, 0},
-				{"lb_mma_gemv_bulk1, default shape", mmaGemvTokens / 8, 0, 1, never, 2, 0},
-				{"lb_mma_gemv_tiles1_m2, warps that fit", 0, 0, 1 + T%2, 1, 2, 0},
-				{"lb_mma_gemv_tiles1_m2, 3 warps", 0, 3, 1 + (T+1)%2, 1, 2, 0},
-				{"lb_mma_gemv_tiles1_m4, warps that fit", 0, 0, 1 + (T+1)%2, 1, 4, 0},
-				{"lb_mma_gemv_tiles1_m4, 3 warps", 0, 3, 1 + T%2, 1, 4, 0},
-				{"lb_mma_gemv_stream1, 8 warps", 0, 8, 1 + T%4, never, 2, mmaGemvTokens / 8},
-				{"lb_mma_gemv_stream1, 3 warps", 0, 3, 1 + (T+1)%4, never, 2, mmaGemvTokens / 8},
+				{"three-term kernels on one term", 0, 0, 1, never, 2},
+				{"lb_mma_gemv_bulk1, 8 warps", mmaGemvTokens / 8, 8, 1 + T%2, never, 2},
+				{"lb_mma_gemv_bulk1, 5 warps", mmaGemvTokens / 8, 5, 1 + (T+1)%2, never, 2},
+				{"lb_mma_gemv_bulk1, 4 warps", mmaGemvTokens / 8, 4, 1 + T%2, never, 2},
+				{"lb_mma_gemv_bulk1, default shape", mmaGemvTokens / 8, 0, 1, never, 2},
+				{"lb_mma_gemv_tiles1_m2, warps that fit", 0, 0, 1 + T%2, 1, 2},
+				{"lb_mma_gemv_tiles1_m2, 3 warps", 0, 3, 1 + (T+1)%2, 1, 2},
+				{"lb_mma_gemv_tiles1_m4, warps that fit", 0, 0, 1 + (T+1)%2, 1, 4},
+				{"lb_mma_gemv_tiles1_m4, 3 warps", 0, 3, 1 + T%2, 1, 4},
 			} {
-				if d.Major < 9 && (v.groups > 0 || v.from <= mmaGemvTokens || v.stream > 0) {
+				if d.Major < 9 && (v.groups > 0 || v.from <= mmaGemvTokens) {
 					continue
 				}
-				mmaStreamGroups, mmaStreamWarps, mmaStreamRing = v.stream, v.warps, v.ring
 				mmaBulk1Groups, mmaBulkWarps, mmaBulkRing = v.groups, v.warps, v.ring
 				mmaTiles1From, mmaTiles1MT, mmaTiles1Warps, mmaTiles1Ring = v.from, v.mt, v.warps, v.ring
 				got := run(xd, T, true)

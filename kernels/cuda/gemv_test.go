@@ -15,10 +15,9 @@ import (
 	"github.com/lowbit-ai/lowbit/kernels"
 )
 
-// TestGemvKernels: lb_mma_gemv_wide, lb_mma_gemv_bulk and
-// lb_mma_gemv_stream (each forced for every T; the bulk kernel in blocks of
-// 8, 5 and 4 warps, rings of 1 and 2; the stream kernel in blocks of 8, 5
-// and 3 warps, rings of 1 to 4) give lb_mma_gemv's bits and write exactly its elements (the rest of y
+// TestGemvKernels: lb_mma_gemv_wide and lb_mma_gemv_bulk (each forced for
+// every T; the bulk kernel in blocks of 8, 5 and 4 warps, rings of 1 and 2)
+// give lb_mma_gemv's bits and write exactly its elements (the rest of y
 // stays poisoned), for every T the GEMVs take, one to three weights a
 // launch, inputs of 1 to 48 spans (split unevenly over the wide kernel's
 // cluster of 8 blocks, some with none, and over the bulk kernel's warps)
@@ -30,10 +29,9 @@ func TestGemvKernels(t *testing.T) {
 	if d.Major < 9 {
 		t.Skipf("lb_mma_gemv_wide and lb_mma_gemv_bulk need sm_90; %s", d.Arch)
 	}
-	defer func(from, groups, warps, ring, sg, sw, sr int) {
+	defer func(from, groups, warps, ring int) {
 		mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing = from, groups, warps, ring
-		mmaStreamGroups, mmaStreamWarps, mmaStreamRing = sg, sw, sr
-	}(mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing, mmaStreamGroups, mmaStreamWarps, mmaStreamRing)
+	}(mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing)
 	rng := rand.New(rand.NewPCG(7, 9))
 	const guard = 64 // floats past T·out that neither kernel may write
 	for _, c := range []struct {
@@ -66,28 +64,24 @@ func TestGemvKernels(t *testing.T) {
 		if err := d.Upload(xd, asBytes(x, len(x))); err != nil {
 			t.Fatal(err)
 		}
-		run := func(T, from, groups, warps, ring, stream int) [][]byte {
+		run := func(T, from, groups, warps, ring int) [][]byte {
 			mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing = from, groups, warps, ring
-			mmaStreamGroups, mmaStreamWarps, mmaStreamRing = stream, warps, ring
 			return poisonedRun(t, d, ys, func(k *K) error { return k.MatMulShared(xd, T, ys, dws) })
 		}
 		for T := 1; T <= mmaGemvTokens; T++ {
-			old := run(T, mmaGemvTokens+1, 0, 0, 0, 0)
+			old := run(T, mmaGemvTokens+1, 0, 0, 0)
 			// lb_mma_gemv_bulk with blocks of 8, 5 (spans split unevenly)
 			// and 4 warps, rings of 1 and 2, varying with T.
 			for _, v := range []struct {
-				kernel                            string
-				from, groups, warps, ring, stream int
+				kernel                    string
+				from, groups, warps, ring int
 			}{
-				{"lb_mma_gemv_wide", 1, 0, 0, 0, 0},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 8, 1 + T%2, 0},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 5, 1 + (T+1)%2, 0},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 4, 1 + T%2, 0},
-				{"lb_mma_gemv_stream", mmaGemvTokens + 1, 0, 8, 1 + T%4, mmaGemvTokens / 8},
-				{"lb_mma_gemv_stream", mmaGemvTokens + 1, 0, 5, 1 + (T+1)%4, mmaGemvTokens / 8},
-				{"lb_mma_gemv_stream", mmaGemvTokens + 1, 0, 3, 1 + (T+2)%4, mmaGemvTokens / 8},
+				{"lb_mma_gemv_wide", 1, 0, 0, 0},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 8, 1 + T%2},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 5, 1 + (T+1)%2},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 4, 1 + T%2},
 			} {
-				got := run(T, v.from, v.groups, v.warps, v.ring, v.stream)
+				got := run(T, v.from, v.groups, v.warps, v.ring)
 				for i, out := range c.outs {
 					name := fmt.Sprintf("outs=%v/in=%d/T=%d/weight %d", c.outs, c.in, T, i)
 					if bytes.Equal(old[i], got[i]) {
@@ -182,40 +176,6 @@ func TestBulkShape(t *testing.T) {
 		if !strings.Contains(src, fmt.Sprintf("#define %s %d\n", name, v)) {
 			t.Errorf("matmul_mma_bulk.cu does not define %s as %d", name, v)
 		}
-	}
-}
-
-// TestStreamShape: lb_mma_gemv_stream's block has mmaStreamWarps warps but
-// no more than the input's spans; its ring shrinks (not below one) where
-// the span sums of two tiles and the slots would pass a block's shared
-// memory; two blocks share an SM only where both fit. Runs without a GPU.
-func TestStreamShape(t *testing.T) {
-	defer func(w, r int) { mmaStreamWarps, mmaStreamRing = w, r }(mmaStreamWarps, mmaStreamRing)
-	for _, c := range []struct {
-		setWarps, setRing, spans, groups int
-		warps, ring, shared, perSM       int
-		ok                               bool
-	}{
-		{8, 2, 16, 1, 8, 2, 128<<10 + 16<<10, 1, true}, // in = 4096, one token group
-		{8, 2, 48, 1, 8, 2, 128<<10 + 48<<10, 1, true}, // in = 12288
-		{4, 2, 16, 1, 4, 2, 64<<10 + 16<<10, 2, true},  // two blocks an SM
-		{8, 4, 48, 1, 8, 2, 128<<10 + 48<<10, 1, true}, // the ring shrinks to fit
-		{8, 3, 16, 1, 8, 3, 192<<10 + 16<<10, 1, true},
-		{8, 2, 4, 1, 4, 2, 64<<10 + 4<<10, 2, true}, // in = 1024: a span a warp
-		{8, 9, 16, 1, 8, mmaStreamRingMax - 1, 192<<10 + 16<<10, 1, true},
-		{8, 2, 48, 4, 8, 1, 64<<10 + 192<<10, 0, false}, // four groups of in = 12288: no room
-		{2, 1, 48, 4, 2, 1, 16<<10 + 192<<10, 1, true},
-	} {
-		mmaStreamWarps, mmaStreamRing = c.setWarps, c.setRing
-		w, r, sh, per, ok := streamShape(c.spans, c.groups)
-		if ok != c.ok || (ok && (w != c.warps || r != c.ring || sh != c.shared || per != c.perSM)) {
-			t.Errorf("streamShape(%d spans, %d groups) with %d warps, ring %d = %d warps, ring %d, %d bytes, %d an SM, %v; want %d, %d, %d, %d, %v",
-				c.spans, c.groups, c.setWarps, c.setRing, w, r, sh, per, ok, c.warps, c.ring, c.shared, c.perSM, c.ok)
-		}
-	}
-	src := kernelSource(t)
-	if !strings.Contains(src, fmt.Sprintf("#define MMA_STREAM_RING_MAX %d\n", mmaStreamRingMax)) {
-		t.Errorf("matmul_mma_stream.cu does not define MMA_STREAM_RING_MAX as %d", mmaStreamRingMax)
 	}
 }
 

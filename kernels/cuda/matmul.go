@@ -50,10 +50,8 @@ const (
 	mmaWideSplit     = 8
 	mmaWideStages    = 3 * 2 * (8*512 + mmaGemvGroups*768)
 	mmaWideMaxShared = maxBlockShared
-	// maxBlockShared is the most shared memory an sm_90 block may take,
-	// smShared an SM's (1 KB of it reserved a block).
+	// maxBlockShared is the most shared memory an sm_90 block may take.
 	maxBlockShared = 227 << 10
-	smShared       = 228 << 10
 )
 
 // mmaWideFrom is the fewest tokens lb_mma_gemv_wide takes (on sm_90 and
@@ -107,20 +105,6 @@ var (
 	mmaTiles1Warps = 0
 	mmaTiles1Ring  = 1
 )
-
-// lb_mma_gemv_stream (matmul_mma_stream.cu: persistent blocks, each warp a
-// ring of spans in flight across its tiles) runs up to 8·mmaStreamGroups
-// tokens on sm_90, in place of lb_mma_gemv_bulk, in blocks of
-// mmaStreamWarps warps with rings of mmaStreamRing spans (up to
-// mmaStreamRingMax = MMA_STREAM_RING_MAX). Tests and benchmarks set them
-// (mmaStreamGroups 0: never).
-var (
-	mmaStreamGroups = 1
-	mmaStreamWarps  = 8
-	mmaStreamRing   = 2
-)
-
-const mmaStreamRingMax = 4
 
 // lb_mma_gemv_bulk's block (warps, up to mmaBulkWarpsMax = MMA_BULK_WARPS
 // in matmul_mma_bulk.cu, and no more than the input's spans) and ring
@@ -382,9 +366,6 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 		}
 		return nil
 	}
-	if ok, err := k.gemvStream(t, ys, ws); ok {
-		return err
-	}
 	if ok, err := k.gemvTiles1(t, ys, ws); ok {
 		return err
 	}
@@ -441,46 +422,6 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight) (bool, error) {
 		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
 }
 
-// gemvStream launches lb_mma_gemv_stream (or, on BF16 terms,
-// lb_mma_gemv_stream1) for the terms t over the tiled weights ws, and
-// reports whether it could: on sm_90, up to 8·mmaStreamGroups tokens,
-// with room in shared memory.
-func (k *K) gemvStream(t Terms, ys []Buf, ws []*Weight) (bool, error) {
-	groups := (t.T + 7) / 8
-	if k.d.Major < 9 || groups > mmaStreamGroups {
-		return false, nil
-	}
-	spans := ((t.In+15)/16 + mmaSpan - 1) / mmaSpan
-	warps, ring, shared, perSM, ok := streamShape(spans, groups)
-	if !ok {
-		return false, nil
-	}
-	name := "lb_mma_gemv_stream"
-	if t.nt == 1 {
-		name = "lb_mma_gemv_stream1"
-	}
-	sms := k.d.SMs
-	return true, k.gemvLaunchesGrid(ys, ws, name, 16, func(tiles int) int { return min(tiles, perSM*sms) }, 32*warps, 1, shared,
-		ptrArg(t.buf.ptr), intArg(t.T), intArg(t.In), intArg(ring))
-}
-
-// streamShape returns lb_mma_gemv_stream's warps a block, its ring (spans
-// in flight a warp), its dynamic shared memory and the blocks an SM holds,
-// on an input of spans spans and groups token groups: mmaStreamWarps
-// warps (no more than the spans) and a ring of mmaStreamRing, shallower
-// where shared memory is short; false if not even a ring of one fits.
-func streamShape(spans, groups int) (warps, ring, shared, perSM int, ok bool) {
-	warps = max(1, min(mmaStreamWarps, mmaBulkWarpsMax, spans))
-	shared = 2 * spans * groups * 512 // the span sums, two tiles' worth
-	for ring = max(1, min(mmaStreamRing, mmaStreamRingMax)); ring > 1 && shared+warps*ring*mmaSpan*512 > maxBlockShared-1024; ring-- {
-	}
-	shared += warps * ring * mmaSpan * 512
-	if shared > maxBlockShared-1024 {
-		return 0, 0, 0, 0, false
-	}
-	return warps, ring, shared, max(1, min(2, smShared/(shared+1024))), true
-}
-
 // gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t
 // over the tiled weights ws, and reports whether it could: on sm_90, from
 // mmaTiles1From tokens, with room in shared memory.
@@ -535,12 +476,6 @@ func gemvGroups(groups, spans, slots int) (int, bool) {
 // launch (their blocks of rows rows side by side along the grid's x) in
 // blocks of threads threads, with the kernel's remaining arguments rest.
 func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, rows, threads, gridY, shared int, rest ...arg) error {
-	return k.gemvLaunchesGrid(ys, ws, name, rows, func(tiles int) int { return tiles }, threads, gridY, shared, rest...)
-}
-
-// gemvLaunchesGrid is gemvLaunches with the grid's x taken from a launch's
-// blocks of rows by gridX (persistent kernels walk them in fewer blocks).
-func (k *K) gemvLaunchesGrid(ys []Buf, ws []*Weight, name string, rows int, gridX func(tiles int) int, threads, gridY, shared int, rest ...arg) error {
 	for len(ws) > 0 {
 		n := min(3, len(ws))
 		var args []arg
@@ -553,7 +488,7 @@ func (k *K) gemvLaunchesGrid(ys []Buf, ws []*Weight, name string, rows int, grid
 				args = append(args, ptrArg(0), ptrArg(0), intArg(0))
 			}
 		}
-		if err := k.d.launch(name, [3]int{gridX(tiles), gridY, 1}, [3]int{threads, 1, 1}, shared, append(args, rest...)...); err != nil {
+		if err := k.d.launch(name, [3]int{tiles, gridY, 1}, [3]int{threads, 1, 1}, shared, append(args, rest...)...); err != nil {
 			return err
 		}
 		ys, ws = ys[n:], ws[n:]
