@@ -36,8 +36,6 @@ func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride int, plan cuda.AttentionP
 	if err := k.RMSNorm(hr, hr, e.norm, rows, d.hidden, d.eps, false); err != nil {
 		return err
 	}
-	// The next step's first GEMV reads layer 0's q.
-	k.PrefetchL2(e.layers[0].q)
 	return e.matmulShared(k, hr, rows, []cuda.Buf{a.logits.F32(0, rows*d.vocab)}, []*cuda.Weight{e.lmHead})
 }
 
@@ -102,7 +100,6 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 	if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
 		return err
 	}
-	k.PrefetchL2(dl.gate)
 	return e.matmul(k, att, T, []cuda.Buf{a.h.F32(0, T*d.hidden)}, dl.o)
 }
 
@@ -134,11 +131,8 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 	if err != nil {
 		return err
 	}
-	// Each decode GEMV prefetches the next one's first weights into L2
-	// (k.PrefetchL2) while it drains and the small kernels run.
 	for i := range e.layers {
 		dl := &e.layers[i]
-		k.PrefetchL2(dl.o)
 		if err := k.MatMulTerms(t, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
 			return err
 		}
@@ -150,18 +144,12 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		}); err != nil {
 			return err
 		}
-		k.PrefetchL2(dl.down)
 		if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
 			return err
 		}
 		td, err := terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) })
 		if err != nil {
 			return err
-		}
-		if i+1 < len(e.layers) {
-			k.PrefetchL2(e.layers[i+1].q)
-		} else {
-			k.PrefetchL2(e.lmHead)
 		}
 		if err := k.MatMulTerms(td, []cuda.Buf{h}, []*cuda.Weight{dl.down}); err != nil {
 			return err

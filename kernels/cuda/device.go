@@ -59,10 +59,6 @@ type Device struct {
 	// starts while the one before it finishes, and waits in lb_pdl_wait):
 	// LOWBIT_PDL=1 on sm_90 and later with cuLaunchKernelEx.
 	pdl bool
-	// l2Prefetch is how many bytes of the next weight a decode GEMV pulls
-	// into L2 at its tail (K.PrefetchL2): LOWBIT_L2_PREFETCH_MB, else
-	// defaultL2PrefetchMB, on sm_90 and later.
-	l2Prefetch int
 	// gen counts reallocations of the persistent buffers, which captured
 	// graphs refer to by address: a graph of an older generation is stale.
 	gen int
@@ -170,10 +166,6 @@ func Open(opts Options) (*Device, error) {
 	}
 	d.Compile = info
 	d.pdl = os.Getenv("LOWBIT_PDL") == "1" && d.Major >= 9 && C.lb_cu_has_launch_ex() != 0
-	if d.l2Prefetch, err = l2PrefetchBytes(os.Getenv("LOWBIT_L2_PREFETCH_MB"), d.Major); err != nil {
-		C.lb_cuDevicePrimaryCtxRelease(d.dev)
-		return nil, err
-	}
 	if err := check("cuModuleLoadData", C.lb_cuModuleLoadData(&d.mod, unsafe.Pointer(unsafe.SliceData(cubin)))); err != nil {
 		C.lb_cuDevicePrimaryCtxRelease(d.dev)
 		return nil, err

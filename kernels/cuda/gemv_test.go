@@ -21,10 +21,7 @@ import (
 // stays poisoned), for every T the GEMVs take, one to three weights a
 // launch, inputs of 1 to 48 spans (split unevenly over the wide kernel's
 // cluster of 8 blocks, some with none, and over the bulk kernel's warps)
-// and rows off the 128-row blocks, with the bulk kernel prefetching the
-// first weight into L2 at its tail (K.PrefetchL2: the whole 4 KB units of
-// these weights, all within the device's budget), which must change
-// nothing. The conformance suite checks the
+// and rows off the 128-row blocks. The conformance suite checks the
 // default kernels against kernels/ref and against each other (batch
 // invariance across T = 1, 9, 32, 33).
 func TestGemvKernels(t *testing.T) {
@@ -69,10 +66,7 @@ func TestGemvKernels(t *testing.T) {
 		}
 		run := func(T, from, groups, warps, ring int) [][]byte {
 			mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing = from, groups, warps, ring
-			return poisonedRun(t, d, ys, func(k *K) error {
-				k.PrefetchL2(dws[0])
-				return k.MatMulShared(xd, T, ys, dws)
-			})
+			return poisonedRun(t, d, ys, func(k *K) error { return k.MatMulShared(xd, T, ys, dws) })
 		}
 		for T := 1; T <= mmaGemvTokens; T++ {
 			old := run(T, mmaGemvTokens+1, 0, 0, 0)
@@ -181,32 +175,6 @@ func TestBulkShape(t *testing.T) {
 	for name, v := range map[string]int{"MMA_BULK_WARPS": mmaBulkWarpsMax, "MMA_BULK_RING_MAX": mmaBulkRingMax} {
 		if !strings.Contains(src, fmt.Sprintf("#define %s %d\n", name, v)) {
 			t.Errorf("matmul_mma_bulk.cu does not define %s as %d", name, v)
-		}
-	}
-}
-
-// TestL2PrefetchBytes: LOWBIT_L2_PREFETCH_MB sets K.PrefetchL2's budget in
-// whole megabytes (empty: the default; anything else not a count from 0 to
-// 1024 is an error), and devices before sm_90 prefetch nothing. Runs
-// without a GPU.
-func TestL2PrefetchBytes(t *testing.T) {
-	for _, c := range []struct {
-		env   string
-		major int
-		want  int
-		bad   bool
-	}{
-		{"", 9, defaultL2PrefetchMB << 20, false},
-		{"0", 9, 0, false},
-		{"24", 10, 24 << 20, false},
-		{"24", 8, 0, false},
-		{"-1", 9, 0, true},
-		{"2048", 9, 0, true},
-		{"16MB", 9, 0, true},
-	} {
-		got, err := l2PrefetchBytes(c.env, c.major)
-		if (err != nil) != c.bad || got != c.want {
-			t.Errorf("l2PrefetchBytes(%q, %d) = %d, %v; want %d, error %v", c.env, c.major, got, err, c.want, c.bad)
 		}
 	}
 }

@@ -36,11 +36,7 @@ func (b Buf) F32(from, to int) Buf { return b.Slice(4*from, 4*to) }
 // K launches kernels on one Device inside Device.Run: the context is
 // current and the device locked for the callback's duration. Launches are
 // asynchronous; Run waits for them.
-type K struct {
-	d *Device
-	// next is the weight the next GEMV launch prefetches into L2 (PrefetchL2).
-	next *Weight
-}
+type K struct{ d *Device }
 
 // Run runs f with a K, then waits for the device and reports an
 // asynchronous kernel error. Scratch buffers taken inside f are reused by
@@ -48,7 +44,7 @@ type K struct {
 func (d *Device) Run(f func(k *K) error) error {
 	return d.do(func() error {
 		d.pool.next = 0
-		if err := f(&K{d: d}); err != nil {
+		if err := f(&K{d}); err != nil {
 			return err
 		}
 		return d.sync("Run")
@@ -449,7 +445,7 @@ func (d *Device) Capture(f func(k *K) error) (*Graph, error) {
 			return err
 		}
 		d.capturing = true
-		ferr := f(&K{d: d})
+		ferr := f(&K{d})
 		d.capturing = false
 		var graph C.lb_handle
 		if err := check("cuStreamEndCapture", C.lb_cuStreamEndCapture(d.stream, &graph)); err != nil {

@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/lowbit-ai/lowbit/kernels"
 )
@@ -351,8 +350,6 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 			return fmt.Errorf("cuda: MatMulTerms: a %dx%d weight (tiled %v) on terms of width %d", w.Out, w.In, w.Tiled, t.In)
 		}
 	}
-	next := k.next
-	k.next = nil
 	if t.T == 0 {
 		return nil
 	}
@@ -372,7 +369,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if ok, err := k.gemvTiles1(t, ys, ws); ok {
 		return err
 	}
-	if ok, err := k.gemvBulk(t, ys, ws, next); ok {
+	if ok, err := k.gemvBulk(t, ys, ws); ok {
 		return err
 	}
 	if k.useWide(T, spans) {
@@ -394,9 +391,8 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 // gemvBulk launches lb_mma_gemv_bulk (or, on BF16 terms,
 // lb_mma_gemv_bulk1) for the terms t over the tiled weights ws, and
 // reports whether it could: on sm_90, up to 8·mmaBulkGroups tokens (BF16:
-// 8·mmaBulk1Groups), with room in shared memory. Its last wave of blocks
-// prefetches the first bytes of next (nil: none) into L2.
-func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, next *Weight) (bool, error) {
+// 8·mmaBulk1Groups), with room in shared memory.
+func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight) (bool, error) {
 	xs, T, in := t.buf, t.T, t.In
 	groups := (T + 7) / 8
 	name := "lb_mma_gemv_bulk"
@@ -422,49 +418,8 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, next *Weight) (bool, error
 	if !ok {
 		return false, nil
 	}
-	var pf Buf
-	var units int
-	if next != nil {
-		units = min(next.Data.bytes, k.d.l2Prefetch) / l2PrefetchUnit
-		pf = next.Data
-	}
-	// A wave: the blocks the SMs hold at once (16 warps an SM, bulkShape).
-	wave := k.d.SMs * 2 * mmaBulkWarpsMax / warps
 	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
-		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), ptrArg(pf.ptr), i64Arg(int64(units)), intArg(wave))
-}
-
-// PrefetchL2 names the weight that the next GEMV launch of a decode step
-// (lb_mma_gemv_bulk, the next MatMulTerms) prefetches into L2 at its tail:
-// its first Device.l2Prefetch bytes, so that the GEMV after it starts on
-// data in L2 where the memory would otherwise idle between the two. The
-// results do not change. Any MatMulTerms takes the name back.
-func (k *K) PrefetchL2(w *Weight) { k.next = w }
-
-// l2PrefetchUnit is the bytes of one prefetch instruction
-// (mma_prefetch_l2 in matmul_mma_bulk.cu).
-const l2PrefetchUnit = 4096
-
-// defaultL2PrefetchMB is K.PrefetchL2's budget unless LOWBIT_L2_PREFETCH_MB
-// says otherwise.
-const defaultL2PrefetchMB = 16
-
-// l2PrefetchBytes parses LOWBIT_L2_PREFETCH_MB (empty: the default; 0: no
-// prefetch) for a device of compute capability major (the prefetch needs
-// sm_90).
-func l2PrefetchBytes(env string, major int) (int, error) {
-	mb := defaultL2PrefetchMB
-	if env != "" {
-		v, err := strconv.Atoi(env)
-		if err != nil || v < 0 || v > 1024 {
-			return 0, fmt.Errorf("cuda: LOWBIT_L2_PREFETCH_MB=%q: want whole megabytes from 0 to 1024", env)
-		}
-		mb = v
-	}
-	if major < 9 {
-		return 0, nil
-	}
-	return mb << 20, nil
+		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
 }
 
 // gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t

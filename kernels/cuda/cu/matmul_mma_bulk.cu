@@ -75,34 +75,14 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
-// mma_prefetch_l2 pulls this block's share of pf's first units · 4 KB (the
-// next GEMV's weights) into L2, if the block is in the launch's last wave
-// of `wave` blocks: lanes of one warp, one cp.async.bulk.prefetch a 4 KB
-// unit, which neither waits nor holds the block.
-//
-// Why: a decode step's GEMV starts with every SM waiting for its first
-// spans and ends with the SMs of the last wave draining theirs, and the
-// small kernels between two GEMVs read almost nothing: the memory idles
-// at each of these seams (a 96 MB GEMV took about 7 µs longer than its
-// bytes at the rate the 1.2 GB head streams). Prefetched at the tail, the
-// next GEMV's first spans come from L2.
-__device__ __forceinline__ void mma_prefetch_l2(const u8 *pf, i64 units, int wave, int lane) {
-	int from = max(0, (int)gridDim.x - wave);
-	if (pf == nullptr || (int)blockIdx.x < from || blockIdx.y != 0) return;
-	int nb = gridDim.x - from, b = blockIdx.x - from;
-	for (i64 u = units * b / nb + lane; u < units * (b + 1) / nb; u += 32)
-		asm volatile("cp.async.bulk.prefetch.L2.global [%0], 4096;" ::"l"(pf + u * 4096) : "memory");
-}
-
 // mma_gemv_bulk is lb_mma_gemv_bulk's body on TERMS terms of the
 // activations (3, or 1: hi alone, lb_mma_gemv_bulk1), with the block's
-// dynamic shared memory smem and its mbarriers bars; warp 0 prefetches
-// (mma_prefetch_l2) once it has read its last span.
+// dynamic shared memory smem and its mbarriers bars.
 template <int TERMS>
 __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
                                               int out0, float *y1, const uint4 *w1, int out1, float *y2,
                                               const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
-                                              int ring, const u8 *pf, i64 pfUnits, int pfWave) {
+                                              int ring) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
@@ -136,7 +116,6 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 		__syncwarp();
 		if (lane == 0 && k + ring < mine) issue(k + ring);
 	}
-	if (wi == 0) mma_prefetch_l2(pf, pfUnits, pfWave, lane);
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T);
 }
@@ -146,11 +125,10 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 // by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
-                     const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                     const u8 *pf, i64 pfUnits, int pfWave) {
+                     const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, pf, pfUnits, pfWave);
+	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring);
 }
 
 // lb_mma_gemv_bulk1: lb_mma_gemv_bulk on BF16 activations (terms written
@@ -160,11 +138,10 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 // every three-term kernel on the same terms (they add exact zeros).
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
-                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                      const u8 *pf, i64 pfUnits, int pfWave) {
+                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, pf, pfUnits, pfWave);
+	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring);
 }
 
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
