@@ -461,13 +461,17 @@ func (d *Device) Capture(f func(k *K) error) (*Graph, error) {
 	return g, err
 }
 
-// Launch replays g in stream order.
+// Launch replays g in stream order (under a profile: timed as a whole, as
+// "graph replay").
 func (k *K) Launch(g *Graph) error {
 	if g.Gen != k.d.gen {
 		return fmt.Errorf("cuda: a graph of buffer generation %d replayed at %d", g.Gen, k.d.gen)
 	}
-	return check("cuGraphLaunch", C.lb_cuGraphLaunch(g.exec, k.d.stream))
+	return k.d.timed(GraphReplay, func() error { return check("cuGraphLaunch", C.lb_cuGraphLaunch(g.exec, k.d.stream)) })
 }
+
+// GraphReplay names graph replays among a profile's KernelTimes.
+const GraphReplay = "graph replay"
 
 // Destroy frees g.
 func (d *Device) Destroy(g *Graph) {

@@ -28,7 +28,8 @@ type profiler struct {
 }
 
 // StartProfile times each kernel and cuBLASLt call launched from now on
-// (not those of captured graphs: their launches go into the graph).
+// (not those of captured graphs: their launches go into the graph; each
+// replay of a graph is timed whole, as GraphReplay).
 func (d *Device) StartProfile() error {
 	return d.do(func() error {
 		if d.prof != nil {
