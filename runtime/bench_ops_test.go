@@ -24,17 +24,20 @@ func BenchmarkDecodeOps(b *testing.B) {
 	ops, bandwidth := benchBackend(b)
 	for _, v := range benchVariants {
 		for _, load := range benchLoads {
-			b.Run(v.name+"/"+load.name, func(b *testing.B) {
-				dir := benchCheckpoint(b, v)
-				benchDecode(b, dir, load.opts, ops, bandwidth) // load and prefill, once
-				st := prefilled[benchKey{dir, load.opts}]
-				timed := &timedOps{Ops: ops, stats: map[string]*opStat{}}
-				st.m.ops = timed
-				defer func() { st.m.ops = ops }()
-				elapsed, _ := st.decodeSteps(b)
-				step := elapsed / time.Duration(b.N)
-				timed.report(b, step, b.N)
-			})
+			for _, kv := range benchKVs {
+				b.Run(v.name+"/"+load.name+"/"+kv.name, func(b *testing.B) {
+					dir := benchCheckpoint(b, v)
+					benchDecode(b, dir, load.opts, kv.dtype, ops, bandwidth) // load and prefill, once
+					st := prefilled[benchKey{dir, load.opts, kv.dtype}]
+					st.warmSteps(b, b.N)
+					timed := &timedOps{Ops: ops, stats: map[string]*opStat{}}
+					st.m.ops = timed
+					defer func() { st.m.ops = ops }()
+					elapsed, _ := st.timedSteps(b)
+					step := elapsed / time.Duration(b.N)
+					timed.report(b, step, b.N)
+				})
+			}
 		}
 	}
 }

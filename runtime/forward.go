@@ -13,8 +13,9 @@ import (
 // Sequence past its limit.
 var ErrSequenceFull = errors.New("sequence limit reached")
 
-// Sequence is one sequence with a private float32 KV cache: a KVPool of
-// one block as long as the sequence's capacity, grown (by doubling, with a
+// Sequence is one sequence with a private KV cache (float32 unless
+// NewSequenceKV says otherwise): a KVPool of one block as long as the
+// sequence's capacity, grown (by doubling, with a
 // copy) as tokens arrive up to the sequence's limit. It is the simplest way
 // to run a model (generate, tests against transformers); the engine runs
 // many sequences over one shared paged pool with ForwardBatch instead, and
@@ -25,6 +26,7 @@ type Sequence struct {
 	m     *Model
 	limit int
 	n     int // positions held
+	dtype kernels.KVDType
 	pool  *KVPool
 }
 
@@ -33,10 +35,21 @@ type Sequence struct {
 // max_position_embeddings means max_position_embeddings. Memory is taken as
 // the sequence grows: KVBytesPerToken per position.
 func (m *Model) NewSequence(limit int) *Sequence {
+	s, _ := m.NewSequenceKV(limit, kernels.KVFloat32)
+	return s
+}
+
+// NewSequenceKV is NewSequence with a KV cache of the given type (the
+// engine's choices: BF16, what lowbit serve holds by default; FP8 with the
+// checkpoint's scales; float32).
+func (m *Model) NewSequenceKV(limit int, dtype kernels.KVDType) (*Sequence, error) {
+	if dtype.Size() == 0 {
+		return nil, fmt.Errorf("runtime: sequence KV cache: unknown dtype %v", dtype)
+	}
 	if limit <= 0 || limit > m.d.maxPos {
 		limit = m.d.maxPos
 	}
-	return &Sequence{m: m, limit: limit}
+	return &Sequence{m: m, limit: limit, dtype: dtype}, nil
 }
 
 // Len returns the number of positions the sequence holds.
@@ -61,12 +74,12 @@ func (s *Sequence) grow(need int) {
 	if old != nil {
 		c = min(max(need, 2*old.blockSize), s.limit)
 	}
-	p, err := s.m.NewKVPool(1, c, kernels.KVFloat32)
+	p, err := s.m.NewKVPool(1, c, s.dtype)
 	if err != nil {
-		panic(err) // c > 0 and float32 are always valid
+		panic(err) // c > 0 and a dtype NewSequenceKV accepted are always valid
 	}
 	if old != nil {
-		n := s.n * s.m.d.kvHeads * s.m.d.headDim * 4
+		n := s.n * s.m.d.kvHeads * s.m.d.headDim * s.dtype.Size()
 		for i := range p.k {
 			copy(p.k[i], old.k[i][:n])
 			copy(p.v[i], old.v[i][:n])

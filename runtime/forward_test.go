@@ -143,6 +143,44 @@ func TestForwardOptions(t *testing.T) {
 	}
 }
 
+// TestSequenceKV: a Sequence of each KV cache type, decoded a token at a
+// time across two growths (16, 32, then 64 positions, each a copy of the
+// cache so far), gives the logits of ForwardBatch on a pool of that type
+// allocated at full length, bit for bit; an unknown type is an error.
+func TestSequenceKV(t *testing.T) {
+	m := loadModel(t, small128.write(t), ref.Ops{})
+	toks := make([]int, 40)
+	for i := range toks {
+		toks[i] = (i*131 + 7) % m.VocabSize()
+	}
+	for _, dt := range []kernels.KVDType{kernels.KVFloat32, kernels.KVBF16, kernels.KVFP8} {
+		seq, err := m.NewSequenceKV(0, dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := m.NewKVPool(1, 64, dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, tok := range toks {
+			got, err := m.Forward(seq, []int{tok})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := m.ForwardBatch(pool, []BatchEntry{{Blocks: []int32{0}, Start: i, Tokens: []int{tok}, Logits: 1}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%v: position %d: the sequence's logits differ from a full-length pool's (max |Δ| %.3g)", dt, i, maxDiff(got, want))
+			}
+		}
+	}
+	if _, err := m.NewSequenceKV(0, kernels.KVDType(99)); err == nil {
+		t.Error("NewSequenceKV of an unknown dtype succeeded")
+	}
+}
+
 func TestSequenceLimit(t *testing.T) {
 	m := loadModel(t, small128.write(t), ref.Ops{})
 	V := m.VocabSize()
