@@ -131,10 +131,11 @@ func benchActivations(b *testing.B) CUDAOption {
 	return WithPrefillBF16()
 }
 
-// BenchmarkCUDADecode: batch-1 decode of the Qwen3-0.6B shape (BF16) on
-// the device-resident forward, beside the roofline: the bytes one step
-// reads (weights and KV cache) over the copy bandwidth measured in the
-// same run, the higher of its measurements before and after.
+// BenchmarkCUDADecode: batch-1 greedy decode of the Qwen3-0.6B shape
+// (BF16) on the device-resident forward, beside the roofline: the bytes
+// one step reads (weights and KV cache) over the copy bandwidth measured
+// in the same run, the higher of its measurements before and after; and
+// the device's time a step (gpu-ms/step) beside the wall time.
 //
 //	kernels/cuda... runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x
 func BenchmarkCUDADecode(b *testing.B) {
@@ -179,12 +180,16 @@ func BenchmarkCUDADecode(b *testing.B) {
 	}
 	tok := argmax(logits)
 	pos := prompt
+	// A step as lowbit serve's greedy decoding runs it: the row's best
+	// token found on the device (ForwardTop with k = 1, TopOnDevice), not
+	// the whole row copied back and searched here.
+	notWhole := []bool{false}
 	step := func() {
-		logits, err := gpu.Forward([]BatchEntry{{Blocks: blocks, Start: pos, Tokens: []int{tok}, Logits: 1}})
+		_, tops, err := gpu.ForwardTop([]BatchEntry{{Blocks: blocks, Start: pos, Tokens: []int{tok}, Logits: 1}}, 1, notWhole, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		tok = argmax(logits)
+		tok = int(tops[0].IDs[0])
 		pos++
 		if pos >= 64*bs-1 {
 			pos = prompt
