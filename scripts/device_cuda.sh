@@ -10,8 +10,8 @@
 # Four parts, all by default; ONLY names those to run ("kernels steps";
 # a full run can pass one call's ten minutes). kernels: tests and benchmarks
 # (NCU=1 also profiles the GEMV, GEMM and attention kernels with Nsight
-# Compute; PDL=1 reruns the chained GPU tests and batch-1 decode with
-# programmatic dependent launch); steps: the serve workload's prefill and decode steps on the
+# Compute; NOPDL=1 reruns the chained GPU tests and batch-1 decode without
+# programmatic dependent launch, LOWBIT_PDL=0); steps: the serve workload's prefill and decode steps on the
 # forward alone, each kernel's time profiled; serve: lowbit serve and the
 # scaled LowBArena workloads
 # (needs only the lowbit binary); torch: the transformers baselines on the
@@ -61,21 +61,21 @@ for size in qwen3-0.6b qwen3-8b; do
 	(cd runtime && LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -24
 done
 
-if [ -n "${PDL:-}" ]; then
-	echo "== again with programmatic dependent launch (LOWBIT_PDL=1): the GPU tests that chain kernels, then batch-1 decode"
-	(cd kernels/cuda && LOWBIT_PDL=1 ../../.device/bin/kernels_cuda.test -test.count=1 -test.v \
+if [ -n "${NOPDL:-}" ]; then
+	echo "== again without programmatic dependent launch (LOWBIT_PDL=0): the GPU tests that chain kernels, then batch-1 decode"
+	(cd kernels/cuda && LOWBIT_PDL=0 ../../.device/bin/kernels_cuda.test -test.count=1 -test.v \
 		-test.run 'Conformance|GemvKernels|MatMulLt|BF16Producers|TopK' 2>&1) >/tmp/pdl_test.log
 	rc1=$?
-	(cd runtime && LOWBIT_PDL=1 ../.device/bin/runtime.test -test.count=1 -test.v -test.run CUDA 2>&1) >>/tmp/pdl_test.log
+	(cd runtime && LOWBIT_PDL=0 ../.device/bin/runtime.test -test.count=1 -test.v -test.run CUDA 2>&1) >>/tmp/pdl_test.log
 	rc2=$?
-	(cd runtime/engine && LOWBIT_PDL=1 ../../.device/bin/runtime_engine.test -test.count=1 -test.v -test.run CUDA 2>&1) >>/tmp/pdl_test.log
+	(cd runtime/engine && LOWBIT_PDL=0 ../../.device/bin/runtime_engine.test -test.count=1 -test.v -test.run CUDA 2>&1) >>/tmp/pdl_test.log
 	rc3=$?
-	sed 's/^/pdl: /' /tmp/pdl_test.log >>"$tests"
+	sed 's/^/no-pdl: /' /tmp/pdl_test.log >>"$tests"
 	grep -E "^(--- FAIL|FAIL|ok|PASS)" /tmp/pdl_test.log | sort | uniq -c
-	[ $rc1$rc2$rc3 = 000 ] || { echo "FAILED: GPU tests with LOWBIT_PDL=1"; grep -A8 -- "--- FAIL" /tmp/pdl_test.log | head -30; status=1; }
+	[ $rc1$rc2$rc3 = 000 ] || { echo "FAILED: GPU tests with LOWBIT_PDL=0"; grep -A8 -- "--- FAIL" /tmp/pdl_test.log | head -30; status=1; }
 	for size in qwen3-0.6b qwen3-8b; do
-		(cd runtime && LOWBIT_PDL=1 LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) |
-			sed 's/^/pdl: /' | tee -a "$bench" | grep -E "Benchmark|summed|  lb_" | head -12
+		(cd runtime && LOWBIT_PDL=0 LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) |
+			sed 's/^/no-pdl: /' | tee -a "$bench" | grep -E "Benchmark|summed|  lb_" | head -12
 	done
 fi
 
