@@ -17,6 +17,13 @@
 // alone: the same bits whatever else the batch holds.
 #define TOPK_THREADS 1024
 #define TOPK_MAX 64
+// Loads a thread issues before it uses them, in every pass over the row:
+// one block reads the whole row eight or nine times, and a load at a time
+// a thread left each pass waiting on L2 latency (0.37 ms a 151,936-entry
+// row on the H200, as long as a Qwen3-0.6B decode step's graph). Each
+// thread still takes its elements in the same order, so every sum keeps
+// its bits.
+#define TOPK_UNROLL 8
 
 __device__ __forceinline__ u32 topk_key(float x) {
 	u32 u = __float_as_uint(x);
@@ -64,10 +71,24 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS) lb_topk(const float *
 	int tid = threadIdx.x, lane = tid & 31;
 	// The log-softmax's constants, as lb_log_softmax computes them.
 	float m = -__int_as_float(0x7f800000);
-	for (int i = tid; i < V; i += blockDim.x) m = nanmax(m, x[i]);
+	for (int base = tid; base < V; base += TOPK_UNROLL * blockDim.x) {
+		float v[TOPK_UNROLL];
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++) v[u] = base + u * blockDim.x < V ? x[base + u * blockDim.x] : 0.0f;
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++)
+			if (base + u * blockDim.x < V) m = nanmax(m, v[u]);
+	}
 	m = block_max(m, shf);
 	float s = 0.0f;
-	for (int i = tid; i < V; i += blockDim.x) s += expf(x[i] - m);
+	for (int base = tid; base < V; base += TOPK_UNROLL * blockDim.x) {
+		float v[TOPK_UNROLL];
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++) v[u] = base + u * blockDim.x < V ? x[base + u * blockDim.x] : 0.0f;
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++)
+			if (base + u * blockDim.x < V) s += expf(v[u] - m);
+	}
 	s = block_sum(s, shf);
 	float lse = m + logf(s);
 
@@ -77,15 +98,24 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS) lb_topk(const float *
 		for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
 		__syncthreads();
 		u32 prefix = s_prefix, mask = s_mask;
-		for (int base = 0; base < V; base += blockDim.x) {
-			int i = base + tid;
-			u32 key = i < V ? topk_key(x[i]) : 0u;
-			bool in = i < V && (key & mask) == prefix;
-			u32 digit = (key >> (8 * b)) & 255u;
-			unsigned act = __ballot_sync(0xffffffffu, in);
-			if (in) {
-				unsigned peers = __match_any_sync(act, digit);
-				if (lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+		for (int base = 0; base < V; base += TOPK_UNROLL * blockDim.x) {
+			u32 keys[TOPK_UNROLL];
+#pragma unroll
+			for (int u = 0; u < TOPK_UNROLL; u++) {
+				int i = base + u * blockDim.x + tid;
+				keys[u] = i < V ? topk_key(x[i]) : 0u;
+			}
+#pragma unroll
+			for (int u = 0; u < TOPK_UNROLL; u++) {
+				int i = base + u * blockDim.x + tid;
+				u32 key = keys[u];
+				bool in = i < V && (key & mask) == prefix;
+				u32 digit = (key >> (8 * b)) & 255u;
+				unsigned act = __ballot_sync(0xffffffffu, in);
+				if (in) {
+					unsigned peers = __match_any_sync(act, digit);
+					if (lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+				}
 			}
 		}
 		__syncthreads();
@@ -107,21 +137,32 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS) lb_topk(const float *
 	// Ordered gather: thread t owns ids [t·chunk, (t+1)·chunk).
 	int chunk = (V + blockDim.x - 1) / blockDim.x, c0 = min(V, tid * chunk), c1 = min(V, c0 + chunk);
 	int ngt = 0, neq = 0;
-	for (int i = c0; i < c1; i++) {
-		u32 key = topk_key(x[i]);
-		ngt += key > T;
-		neq += key == T;
+	for (int i0 = c0; i0 < c1; i0 += TOPK_UNROLL) {
+		u32 keys[TOPK_UNROLL];
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++) keys[u] = i0 + u < c1 ? topk_key(x[i0 + u]) : 0u;
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++)
+			if (i0 + u < c1) ngt += keys[u] > T, neq += keys[u] == T;
 	}
 	int gtOff = topk_exclusive_scan(ngt, shi);
 	int eqOff = topk_exclusive_scan(neq, shi);
-	for (int i = c0; i < c1; i++) {
-		u32 key = topk_key(x[i]);
-		if (key > T) {
-			sel_key[gtOff] = key, sel_id[gtOff] = i;
-			gtOff++;
-		} else if (key == T) {
-			if (eqOff < eqNeed) sel_key[gtCount + eqOff] = key, sel_id[gtCount + eqOff] = i;
-			eqOff++;
+	for (int i0 = c0; i0 < c1; i0 += TOPK_UNROLL) {
+		u32 keys[TOPK_UNROLL];
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++) keys[u] = i0 + u < c1 ? topk_key(x[i0 + u]) : 0u;
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++) {
+			int i = i0 + u;
+			u32 key = keys[u];
+			if (i >= c1) break;
+			if (key > T) {
+				sel_key[gtOff] = key, sel_id[gtOff] = i;
+				gtOff++;
+			} else if (key == T) {
+				if (eqOff < eqNeed) sel_key[gtCount + eqOff] = key, sel_id[gtCount + eqOff] = i;
+				eqOff++;
+			}
 		}
 	}
 	__syncthreads();
@@ -140,7 +181,14 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS) lb_topk(const float *
 	}
 	__syncthreads();
 	float last = s_last, n = 0.0f;
-	for (int i = tid; i < V; i += blockDim.x) n += (x[i] - lse >= last) ? 1.0f : 0.0f;
+	for (int base = tid; base < V; base += TOPK_UNROLL * blockDim.x) {
+		float v[TOPK_UNROLL];
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++) v[u] = base + u * blockDim.x < V ? x[base + u * blockDim.x] : 0.0f;
+#pragma unroll
+		for (int u = 0; u < TOPK_UNROLL; u++)
+			if (base + u * blockDim.x < V) n += (v[u] - lse >= last) ? 1.0f : 0.0f;
+	}
 	n = block_sum(n, shf);
 	if (tid == 0) ties[blockIdx.x] = (int)n;
 }
