@@ -13,12 +13,14 @@ import (
 	"github.com/lowbit-ai/lowbit/kernels/cpu"
 	"github.com/lowbit-ai/lowbit/kernels/ref"
 	"github.com/lowbit-ai/lowbit/runtime"
+	"github.com/lowbit-ai/lowbit/runtime/engine"
 	"github.com/lowbit-ai/lowbit/tokenizer"
 )
 
 func newGenerateCmd() *cobra.Command {
 	var (
 		model, prompt, backend string
+		kvDType                string
 		maxTokens              int
 		chat, noMmap           bool
 		s                      runtime.SamplingOptions
@@ -30,9 +32,15 @@ func newGenerateCmd() *cobra.Command {
 prints the continuation of the prompt as it is generated; a line with the
 prefill and decode speeds goes to stderr. Sampling defaults to the model's
 generation_config.json, as vLLM's server does; the flags override it
-(--temperature 0 is greedy). Generation stops at the model's EOS ids.`,
+(--temperature 0 is greedy). Generation stops at the model's EOS ids. The
+KV cache is BF16 by default, as lowbit serve's, so the two give the same
+greedy text; --kv-cache-dtype float32 keeps it exact.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			dt, err := engine.ParseKVCacheDType(kvDType)
+			if err != nil {
+				return usageError{err}
+			}
 			ops, err := openBackend(backend)
 			if err != nil {
 				return err
@@ -77,7 +85,11 @@ generation_config.json, as vLLM's server does; the flags override it
 			defer stop()
 			out := bufio.NewWriter(os.Stdout)
 			dec := tokenizer.NewStreamDecoder(tok, true)
-			st, err := m.Generate(ctx, m.NewSequence(len(ids)+maxTokens), ids,
+			seq, err := m.NewSequenceKV(len(ids)+maxTokens, dt)
+			if err != nil {
+				return err
+			}
+			st, err := m.Generate(ctx, seq, ids,
 				runtime.GenerateOptions{MaxTokens: maxTokens, Sampling: gen.Sampling, StopIDs: gen.StopIDs},
 				func(id int) error {
 					out.WriteString(dec.Add(id))
@@ -103,6 +115,7 @@ generation_config.json, as vLLM's server does; the flags override it
 	f.Uint64Var(&s.Seed, "seed", 0, "sampling seed")
 	f.StringVar(&backend, "backend", "auto", "kernels: cpu, ref (plain Go, slow), or auto (cpu when built with cgo)")
 	f.BoolVar(&noMmap, "no-mmap", false, noMmapHelp)
+	f.StringVar(&kvDType, "kv-cache-dtype", "auto", "KV cache dtype: auto (BF16, as lowbit serve), fp8 (E4M3 with the checkpoint's k/v scales) or float32 (exact)")
 	cmd.MarkFlagRequired("model")
 	cmd.MarkFlagRequired("prompt")
 	return cmd

@@ -189,4 +189,14 @@ func TestGenerateCommand(t *testing.T) {
 	if _, err := run(t, "generate", "--model", src, "--prompt", "x", "--backend", "gpu9"); err == nil || !strings.Contains(err.Error(), "--backend") {
 		t.Errorf("generate --backend gpu9 = %v, want a usage error", err)
 	}
+	for _, kv := range []string{"float32", "fp8", "bf16"} {
+		if c, err := run(t, append(args, "--kv-cache-dtype", kv)...); err != nil || strings.TrimSpace(c) == "" {
+			t.Errorf("generate --kv-cache-dtype %s printed %q, error %v", kv, c, err)
+		} else if kv == "bf16" && c != a {
+			t.Errorf("generate --kv-cache-dtype bf16 printed %q, want %q as the default (auto)", c, a)
+		}
+	}
+	if _, err := run(t, "generate", "--model", src, "--prompt", "x", "--backend", "ref", "--kv-cache-dtype", "int4"); err == nil || !strings.Contains(err.Error(), "int4") {
+		t.Errorf("generate --kv-cache-dtype int4 = %v, want an error naming it", err)
+	}
 }

@@ -147,46 +147,62 @@ func randomPrompt(rng *rand.Rand, n int) []int {
 	return p
 }
 
-// TestGreedyMatchesGenerate: with a float32 KV cache the engine's greedy
-// tokens are runtime.Generate's, and its prompt log-probabilities are the
-// log-softmax of Forward's logits, bit for bit.
+// TestGreedyMatchesGenerate: over a KV cache of each type (float32, auto
+// = BF16, fp8) the engine's greedy tokens are runtime.Generate's on a
+// sequence with the same cache (what lowbit serve and lowbit generate
+// run), and its prompt log-probabilities are the log-softmax of Forward's
+// logits, bit for bit.
 func TestGreedyMatchesGenerate(t *testing.T) {
 	m := tinyModel(t)
-	e := newEngine(t, m, Config{KVCacheDType: "float32", MaxNumBatchedTokens: 8})
 	prompt := randomPrompt(rand.New(rand.NewPCG(1, 1)), 21)
-	got := run(t, e, &Request{Prompt: prompt, MaxTokens: 12, PromptLogprobs: 3, Logprobs: 2})
-
-	var want []int
-	_, err := m.Generate(context.Background(), m.NewSequence(0), prompt, runtime.GenerateOptions{MaxTokens: 12}, func(id int) error {
-		want = append(want, id)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(got.tokens, want) {
-		t.Errorf("engine tokens %v, Generate %v", got.tokens, want)
-	}
-	if got.finish != FinishLength {
-		t.Errorf("finish %q, want length", got.finish)
-	}
-	logits, err := m.Forward(m.NewSequence(0), append(slices.Clone(prompt), want...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	V := m.VocabSize()
-	lp := make([]float32, V)
-	if got.prompt[0] != nil || len(got.prompt) != len(prompt) {
-		t.Fatalf("prompt logprobs: %d entries, first %v; want %d, first nil", len(got.prompt), got.prompt[0], len(prompt))
-	}
-	for p := 1; p < len(prompt); p++ {
-		m.Ops().LogSoftmax(lp, logits[(p-1)*V:p*V], 1, V)
-		checkPosition(t, fmt.Sprintf("prompt position %d", p), *got.prompt[p], lp, prompt[p], 3)
-	}
-	for i, tok := range want {
-		p := len(prompt) + i - 1
-		m.Ops().LogSoftmax(lp, logits[p*V:(p+1)*V], 1, V)
-		checkPosition(t, fmt.Sprintf("generated token %d", i), got.logprobs[i], lp, tok, 2)
+	for _, kv := range []string{"float32", "auto", "fp8"} {
+		t.Run(kv, func(t *testing.T) {
+			dt, err := ParseKVCacheDType(kv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newEngine(t, m, Config{KVCacheDType: kv, MaxNumBatchedTokens: 8})
+			got := run(t, e, &Request{Prompt: prompt, MaxTokens: 12, PromptLogprobs: 3, Logprobs: 2})
+			sequence := func() *runtime.Sequence {
+				s, err := m.NewSequenceKV(0, dt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			var want []int
+			_, err = m.Generate(context.Background(), sequence(), prompt, runtime.GenerateOptions{MaxTokens: 12}, func(id int) error {
+				want = append(want, id)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.tokens, want) {
+				t.Errorf("engine tokens %v, Generate %v", got.tokens, want)
+			}
+			if got.finish != FinishLength {
+				t.Errorf("finish %q, want length", got.finish)
+			}
+			logits, err := m.Forward(sequence(), append(slices.Clone(prompt), want...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			V := m.VocabSize()
+			lp := make([]float32, V)
+			if got.prompt[0] != nil || len(got.prompt) != len(prompt) {
+				t.Fatalf("prompt logprobs: %d entries, first %v; want %d, first nil", len(got.prompt), got.prompt[0], len(prompt))
+			}
+			for p := 1; p < len(prompt); p++ {
+				m.Ops().LogSoftmax(lp, logits[(p-1)*V:p*V], 1, V)
+				checkPosition(t, fmt.Sprintf("prompt position %d", p), *got.prompt[p], lp, prompt[p], 3)
+			}
+			for i, tok := range want {
+				p := len(prompt) + i - 1
+				m.Ops().LogSoftmax(lp, logits[p*V:(p+1)*V], 1, V)
+				checkPosition(t, fmt.Sprintf("generated token %d", i), got.logprobs[i], lp, tok, 2)
+			}
+		})
 	}
 }
 
