@@ -7,11 +7,14 @@
 # Here, first:   scripts/device_build.sh ./kernels/cuda ./runtime ./runtime/engine
 # There:         bash scripts/device_cuda.sh      (carry .device; results under $OUT)
 #
-# Four parts, all by default; ONLY names those to run ("kernels steps";
-# a full run can pass one call's ten minutes). kernels: tests and benchmarks
+# Five parts, all by default; ONLY names those to run ("kernels decode";
+# a full run can pass one call's ten minutes). kernels: tests (KTESTS: a
+# -test.run pattern for kernels/cuda's) and benchmarks (KBENCH=0 skips them)
 # (NCU=1 also profiles the GEMV, GEMM and attention kernels with Nsight
 # Compute; NOPDL=1 reruns the chained GPU tests and batch-1 decode without
-# programmatic dependent launch, LOWBIT_PDL=0); steps: the serve workload's prefill and decode steps on the
+# programmatic dependent launch, LOWBIT_PDL=0), then the runtime's and
+# engine's GPU tests; decode: batch-1 decode and TTFT (DECODE_SIZES,
+# DECODE_ACTS); steps: the serve workload's prefill and decode steps on the
 # forward alone, each kernel's time profiled; serve: lowbit serve and the
 # scaled LowBArena workloads
 # (needs only the lowbit binary); torch: the transformers baselines on the
@@ -30,17 +33,19 @@ part() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 if part kernels; then
 echo "== kernels/cuda tests"
-(cd kernels/cuda && ../../.device/bin/kernels_cuda.test -test.v -test.count=1 2>&1) >/tmp/cuda_test.log
+(cd kernels/cuda && ../../.device/bin/kernels_cuda.test -test.v -test.count=1 -test.run "${KTESTS:-.}" 2>&1) >/tmp/cuda_test.log
 rc=$?
 cat /tmp/cuda_test.log >>"$tests"
 grep -E "^(--- FAIL|--- PASS|--- SKIP|FAIL|PASS|ok)" /tmp/cuda_test.log | tail -20
 grep -E "compiled in" /tmp/cuda_test.log | head -2
 [ $rc -eq 0 ] || { echo "FAILED: kernels/cuda tests (rc $rc)"; grep -B2 -A10 -- "--- FAIL" /tmp/cuda_test.log | head -60; status=1; }
 
+if [ "${KBENCH:-1}" != 0 ]; then
 echo "== single kernels of the Qwen3-8B shape (graph replays), PyTorch's matmul and SDPA on the same shapes"
 timeout 150 python3 scripts/torch_gemm.py --tokens 1024 >/tmp/torch_gemm.json 2>/tmp/torch_gemm.err || tail -3 /tmp/torch_gemm.err
 cat /tmp/torch_gemm.json | tee -a "$bench"
-(cd kernels/cuda && LOWBIT_TORCH_GEMM=/tmp/torch_gemm.json ../../.device/bin/kernels_cuda.test -test.run XXX -test.bench Kernels -test.benchtime 20x 2>&1) | tee -a "$bench" | grep -E "Benchmark|registers"
+(cd kernels/cuda && LOWBIT_TORCH_GEMM=/tmp/torch_gemm.json ../../.device/bin/kernels_cuda.test -test.run XXX -test.bench "Kernels${KBENCH_FILTER:-}" -test.benchtime 20x 2>&1) | tee -a "$bench" | grep -E "Benchmark|registers"
+fi
 
 echo "== runtime tests (the cuda backend: golden logits, batch invariance, quantized numerics; the device-resident executor)"
 (cd runtime && ../.device/bin/runtime.test -test.count=1 -test.v 2>&1) >/tmp/runtime_test.log
@@ -56,11 +61,19 @@ cat /tmp/engine_test.log >>"$tests"
 grep -E "^(--- |FAIL|ok|PASS)|GPU vs CPU" /tmp/engine_test.log | tail -10
 [ $rc -eq 0 ] || { echo "FAILED: engine CUDA test"; status=1; }
 
-echo "== batch-1 decode and TTFT on the device-resident forward (Qwen3-0.6B, Qwen3-8B shapes)"
-for size in qwen3-0.6b qwen3-8b; do
-	(cd runtime && LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -24
-done
+fi
 
+if part decode; then
+echo "== batch-1 decode and TTFT on the device-resident forward (Qwen3-0.6B, Qwen3-8B shapes; DECODE_ACTS: the generated rows' activations)"
+for act in ${DECODE_ACTS:-bf16 float32}; do
+for size in ${DECODE_SIZES:-qwen3-0.6b qwen3-8b}; do
+	echo "-- $size, $act activations" | tee -a "$bench"
+	(cd runtime && LOWBIT_ACTIVATIONS=$act LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -24
+done
+done
+fi
+
+if part kernels; then
 if [ -n "${NOPDL:-}" ]; then
 	echo "== again without programmatic dependent launch (LOWBIT_PDL=0): the GPU tests that chain kernels, then batch-1 decode"
 	(cd kernels/cuda && LOWBIT_PDL=0 ../../.device/bin/kernels_cuda.test -test.count=1 -test.v \

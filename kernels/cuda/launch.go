@@ -493,10 +493,15 @@ func (k *K) WriteKVBatch(p *KVPool, kv, vv Buf, b *Batch, T int) error {
 // TopKMax is TOPK_MAX of topk.cu: the most entries TopK returns a row.
 const TopKMax = 64
 
+// topKChunk is TOPK_CHUNK of topk.cu: the entries of a row one block of
+// lb_topk_chunks and lb_topk_ties takes.
+const topKChunk = 2048
+
 // TopK reduces each of rows rows of logits [rows, V] to its k best
 // entries (largest first, ties by ascending id), their log-probabilities
-// and the count of entries at least as probable as the k-th (topk.cu),
-// and copies them back.
+// and the count of entries at least as probable as the k-th (topk.cu:
+// three launches, the row spread over ⌈V / 2048⌉ blocks), and copies them
+// back.
 func (k *K) TopK(logits Buf, rows, V, n int) (ids []int32, vals, lps []float32, ties []int32, err error) {
 	if n < 1 || n > TopKMax || n > V || logits.bytes < 4*rows*V {
 		return nil, nil, nil, nil, fmt.Errorf("cuda: TopK of %d from %d rows of %d in %d bytes", n, rows, V, logits.bytes)
@@ -505,10 +510,28 @@ func (k *K) TopK(logits Buf, rows, V, n int) (ids []int32, vals, lps []float32, 
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	part := func(i int) Buf { return out.Slice(4*rows*n*i, 4*rows*n*(i+1)) }
-	tiesBuf := out.Slice(4*rows*n*3, 4*rows*(3*n+1))
-	if err := k.d.launch("lb_topk", [3]int{rows, 1, 1}, [3]int{1024, 1, 1}, 0, ptrArg(logits.ptr), intArg(V), intArg(n),
-		ptrArg(part(0).ptr), ptrArg(part(1).ptr), ptrArg(part(2).ptr), ptrArg(tiesBuf.ptr)); err != nil {
+	C := (V + topKChunk - 1) / topKChunk
+	// The work space: each chunk's max and sum, its candidates' keys and
+	// ids, each row's lse and k-th log-probability.
+	work, err := k.Scratch(4 * rows * (2*C + 2*C*n + 2))
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	at := func(b Buf, from, to int) Buf { return b.Slice(4*rows*from, 4*rows*to) } // in float32s a row
+	stats, keys, cands, lseLast := at(work, 0, 2*C), at(work, 2*C, 2*C+C*n), at(work, 2*C+C*n, 2*C+2*C*n), at(work, 2*C+2*C*n, 2*C+2*C*n+2)
+	part := func(i int) Buf { return at(out, n*i, n*(i+1)) }
+	tiesBuf := at(out, 3*n, 3*n+1)
+	if err := k.d.launch("lb_topk_chunks", [3]int{C, rows, 1}, [3]int{256, 1, 1}, 0, ptrArg(logits.ptr), intArg(V), intArg(n),
+		ptrArg(stats.ptr), ptrArg(keys.ptr), ptrArg(cands.ptr)); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if err := k.d.launch("lb_topk_merge", [3]int{rows, 1, 1}, [3]int{1024, 1, 1}, 0, intArg(V), intArg(n), intArg(C),
+		ptrArg(stats.ptr), ptrArg(keys.ptr), ptrArg(cands.ptr), ptrArg(part(0).ptr), ptrArg(part(1).ptr),
+		ptrArg(part(2).ptr), ptrArg(tiesBuf.ptr), ptrArg(lseLast.ptr)); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if err := k.d.launch("lb_topk_ties", [3]int{C, rows, 1}, [3]int{256, 1, 1}, 0, ptrArg(logits.ptr), intArg(V),
+		ptrArg(lseLast.ptr), ptrArg(tiesBuf.ptr)); err != nil {
 		return nil, nil, nil, nil, err
 	}
 	host := make([]int32, rows*(3*n+1))

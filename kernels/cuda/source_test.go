@@ -40,7 +40,7 @@ func TestSources(t *testing.T) {
 	}
 	for _, k := range []string{"lb_matmul", "lb_act_quant", "lb_rmsnorm", "lb_rope", "lb_kv_write",
 		"lb_silu_mul", "lb_add", "lb_log_softmax", "lb_embed", "lb_gather_rows", "lb_attention_split", "lb_attention_merge", "lb_kv_write_varlen",
-		"lb_mma_tile", "lb_mma_split", "lb_mma_gemv", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_merge", "lb_topk", "lb_to_bf16", "lb_flash_d128_k1_whole", "lb_flash_d128_k1_split", "lb_flash_d64_k3_split", "lb_flash_d16_k3_whole", "lb_flash_d128_k1_whole_q1", "lb_flash_d128_k1_split_p", "lb_flash_d64_k1_whole_q1_p"} {
+		"lb_mma_tile", "lb_mma_split", "lb_mma_gemv", "lb_mma_gemv_wide", "lb_mma_gemm", "lb_flash_merge", "lb_topk_chunks", "lb_topk_merge", "lb_topk_ties", "lb_to_bf16", "lb_flash_d128_k1_whole", "lb_flash_d128_k1_split", "lb_flash_d64_k3_split", "lb_flash_d16_k3_whole", "lb_flash_d128_k1_whole_q1", "lb_flash_d128_k1_split_p", "lb_flash_d64_k1_whole_q1_p"} {
 		if !regexp.MustCompile(`extern "C" __global__ void (__\w+__\([^)]*\)\s+)*` + k + `\(`).MatchString(src) {
 			t.Errorf("kernel %s missing from the program", k)
 		}

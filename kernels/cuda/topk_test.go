@@ -14,7 +14,8 @@ import (
 // same order (value descending, ties by ascending id) with their values,
 // log-probabilities within float32 rounding of the host's, and the count
 // of entries at least as probable as the k-th recounted from the kernel's
-// own log-sum-exp. Rows with many ties, a vocabulary-sized row, k = V, and
+// own log-sum-exp. Rows with many ties (within and across the kernel's
+// chunks), a vocabulary-sized row, k = V, a last chunk shorter than k, and
 // -Inf entries. Skips without a GPU.
 func TestTopK(t *testing.T) {
 	d := openOrSkip(t)
@@ -28,6 +29,18 @@ func TestTopK(t *testing.T) {
 		{"ties", 4, 3000, 64, func(int) float32 { return float32(rng.IntN(5)) }},
 		{"vocab", 2, 151936, 33, func(int) float32 { return float32(rng.NormFloat64()*2 - 30) }},
 		{"k=V", 1, 40, 40, func(int) float32 { return float32(rng.NormFloat64()) }},
+		// Ties across chunks of lb_topk_chunks (2,048 entries): chunks whose
+		// own k-th is below the row's hold entries equal to the row's k-th
+		// among their larger ones; the lowest ids must win.
+		{"chunk ties", 3, 20000, 64, func(int) float32 {
+			if rng.IntN(60) == 0 {
+				return float32(2 + rng.IntN(2))
+			}
+			return float32(rng.IntN(2))
+		}},
+		// A last chunk shorter than k.
+		{"short tail", 2, 3*2048 + 5, 33, func(int) float32 { return float32(rng.NormFloat64()) }},
+		{"tail best", 1, 2*2048 + 3, 20, func(i int) float32 { return float32(i % (2*2048 + 3)) }},
 		{"-inf", 2, 700, 10, func(i int) float32 {
 			if i%3 == 0 {
 				return float32(math.Inf(-1))
