@@ -73,11 +73,15 @@ func TestTopK(t *testing.T) {
 					want[i] = i
 				}
 				slices.SortStableFunc(want, func(a, b int) int { return cmp.Compare(row[b], row[a]) })
+				m := math.Inf(-1)
+				for _, v := range row {
+					m = max(m, float64(v))
+				}
 				var sum float64
 				for _, v := range row {
-					sum += math.Exp(float64(v))
+					sum += math.Exp(float64(v) - m)
 				}
-				lse := math.Log(sum)
+				lse := m + math.Log(sum)
 				got := ids[r*c.k : (r+1)*c.k]
 				for j := range c.k {
 					id := int(got[j])
