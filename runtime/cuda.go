@@ -420,7 +420,7 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows 
 		bf16 = T
 	}
 	plan := cuda.PlanAttentionBF16(seq, pos, d.heads, &e.layers[0].kv, stride*e.blockSize, bf16)
-	if err := e.d.ReserveAttention(plan.Parts, d.heads, d.headDim); err != nil {
+	if err := e.d.ReserveAttention(&plan, d.heads, d.kvHeads, d.headDim); err != nil {
 		return err
 	}
 	key := graphKey{T, stride, plan.Split}

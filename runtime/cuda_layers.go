@@ -61,7 +61,7 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err := e.matmulBF16(k, xb, n, p, T, []cuda.Buf{q, kk, v}, dl.q, dl.k, dl.v); err != nil {
 			return err
 		}
-		if err := e.attention(k, dl, T, bt, scale); err != nil {
+		if err := e.attention(k, dl, T, bt, scale, false); err != nil {
 			return err
 		}
 		if nb, np, err = e.normBF16(k, x, h, n, dl.postNorm, T, dl.gate, dl.up); err != nil {
@@ -89,18 +89,33 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 
 // attention takes a layer from its q, k and v (act.q, k, v) to the
 // o-projection's output in act.h: q/k-norm, RoPE and the KV-cache write,
-// attention, o_proj.
-func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32) error {
+// attention, o_proj. With terms (layersTerms), a decode step's attention
+// writes the o-projection's input terms itself (AttentionBatchTerms): no
+// split launch.
+func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, terms bool) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
+	h := []cuda.Buf{a.h.F32(0, T*d.hidden)}
 	if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
 		return err
 	}
-	if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
+	if terms {
+		t, err := e.termsFor(k, T, qd)
+		if err != nil {
+			return err
+		}
+		fused, err := k.AttentionBatchTerms(att, &t, q, &dl.kv, bt, T, d.heads, scale)
+		if err != nil || fused {
+			if err == nil {
+				err = k.MatMulTerms(t, h, []*cuda.Weight{dl.o})
+			}
+			return err
+		}
+	} else if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
 		return err
 	}
-	return e.matmul(k, att, T, []cuda.Buf{a.h.F32(0, T*d.hidden)}, dl.o)
+	return e.matmul(k, att, T, h, dl.o)
 }
 
 // layersTerms runs the decoder layers of a model whose matmul weights are
@@ -136,7 +151,7 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err := k.MatMulTerms(t, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
 			return err
 		}
-		if err := e.attention(k, dl, T, bt, scale); err != nil {
+		if err := e.attention(k, dl, T, bt, scale, true); err != nil {
 			return err
 		}
 		if t, err = terms(d.hidden, func(t cuda.Terms) error {

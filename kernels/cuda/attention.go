@@ -313,12 +313,17 @@ func attChunk(p int) int {
 	return max(32, (per+31)/32*32)
 }
 
-// ReserveAttention grows the attention's partials buffer to hold parts
-// chunks of H heads of headDim, so that a graph replayed afterwards finds
-// it large enough (a growth makes older graphs stale: Generation).
-func (d *Device) ReserveAttention(parts, H, headDim int) error {
+// ReserveAttention grows the attention's buffers for plan pl (H query and
+// KVH key-value heads of headDim): its partials, and the decode kernels'
+// arrival counters (a tile's last block merges it), so that a graph
+// replayed afterwards finds them large enough (a growth makes older graphs
+// stale: Generation).
+func (d *Device) ReserveAttention(pl *AttentionPlan, H, KVH, headDim int) error {
 	return d.do(func() error {
-		_, err := d.persistent("attention_partials", 4*parts*H*(headDim+2))
+		if _, err := d.persistent("attention_partials", 4*pl.Parts*H*(headDim+2)); err != nil {
+			return err
+		}
+		_, err := d.persistentZeroed("attention_arrivals", 4*(len(pl.Work)/2-pl.Whole)*KVH)
 		return err
 	})
 }
@@ -327,6 +332,27 @@ func (d *Device) ReserveAttention(parts, H, headDim int) error {
 // (attention_mma.cu, or attention.cu's two launches); each token sees its
 // own sequence's cache up to its position, with the bits of Attention.
 func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale float32) error {
+	_, err := k.AttentionBatchTerms(out, nil, q, p, b, T, H, scale)
+	return err
+}
+
+// AttentionBatchTerms is AttentionBatch that, where every token of the
+// batch runs on the decode kernels (attention_mma_decode.cu: a decode
+// step), also writes the output into terms (terms.In = H·Dh) from the same
+// launch, the values lb_mma_split would write from out, and reports true;
+// otherwise terms is untouched. A decode step then needs no split launch
+// before the o-projection.
+func (k *K) AttentionBatchTerms(out Buf, terms *Terms, q Buf, p *KVPool, b *Batch, T, H int, scale float32) (bool, error) {
+	pl := &b.Plan
+	fused := terms != nil && pl.Flash && pl.Split && pl.Whole == 0 && flashDecodeFits(p) && terms.In == H*p.HeadDim &&
+		terms.T == T && terms.In%16 == 0
+	if !fused {
+		terms = nil
+	}
+	return fused, k.attentionBatch(out, terms, q, p, b, T, H, scale)
+}
+
+func (k *K) attentionBatch(out Buf, terms *Terms, q Buf, p *KVPool, b *Batch, T, H int, scale float32) error {
 	if p.HeadDim > 256 {
 		return fmt.Errorf("cuda: Attention: head_dim %d above the kernel's 256", p.HeadDim)
 	}
@@ -346,7 +372,10 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 		if !pl.Split {
 			return nil
 		}
-		if err := k.flashSplit(q, parts, p, b, H, fscale); err != nil {
+		if flashDecodeFits(p) { // the decode kernels merge their tiles themselves
+			return k.flashSplit(out, q, parts, p, b, H, fscale, vscale, terms)
+		}
+		if err := k.flashSplit(out, q, parts, p, b, H, fscale, vscale, nil); err != nil {
 			return err
 		}
 		return k.d.launch("lb_flash_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
@@ -412,9 +441,21 @@ func (k *K) flashWhole(out, q Buf, p *KVPool, b *Batch, H int, scale, vscale flo
 // flashSplit runs the plan's split-mode tiles into the partials: on
 // attention_mma_decode.cu's kernels where they serve (four warps a chunk),
 // else on attention_mma.cu's (a warp a block).
-func (k *K) flashSplit(q, parts Buf, p *KVPool, b *Batch, H int, scale float32) error {
+func (k *K) flashSplit(out, q, parts Buf, p *KVPool, b *Batch, H int, scale, vscale float32, terms *Terms) error {
 	pl := &b.Plan
 	s := pl.Whole + pl.SplitBF16
+	var arrive Buf
+	if flashDecodeFits(p) {
+		var err error
+		if arrive, err = k.d.persistentZeroed("attention_arrivals", 4*(len(pl.Work)/2-pl.Whole)*p.KVHeads); err != nil {
+			return err
+		}
+	}
+	var xs Buf
+	nc, nt := 0, 0
+	if terms != nil {
+		xs, nc, nt = terms.buf, (terms.In+15)/16, terms.nt
+	}
 	for _, r := range []flashRange{{"_q1", 1, pl.Whole, s}, {"", 3, s, len(pl.Work) / 2}} {
 		if r.last == r.first {
 			continue
@@ -430,7 +471,9 @@ func (k *K) flashSplit(q, parts Buf, p *KVPool, b *Batch, H int, scale float32) 
 		if err := k.d.launch(fmt.Sprintf("lb_flash_decode_d%d%s%s", p.HeadDim, r.suffix, flashFP8(p)), [3]int{r.last - r.first, p.KVHeads, pl.Z},
 			[3]int{128, 1, 1}, shmem, ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr),
 			intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr),
-			ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale)); err != nil {
+			ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale),
+			ptrArg(out.ptr), ptrArg(arrive.Slice(4*(r.first-pl.Whole)*p.KVHeads, arrive.bytes).ptr), ptrArg(xs.ptr), intArg(nc), intArg(nt),
+			f32Arg(vscale)); err != nil {
 			return err
 		}
 	}

@@ -186,7 +186,9 @@ type flashVariant struct {
 // runs in large batches pass the suite's attention cases and give the
 // one-warp, one-mode kernels' bits on the Qwen3-8B head shape, for prefill,
 // decode and both in one batch, float32 and BF16 q, over shuffled tables
-// of a BF16 and of an FP8 cache.
+// of a BF16 and of an FP8 cache; on the decode kernels, a decode batch's
+// o-projection terms written by the attention (AttentionBatchTerms) are
+// lb_mma_split's of its output, one term or three.
 func TestFlashVariants(t *testing.T) {
 	d := openOrSkip(t)
 	defer func(p, dec, pre, runs, wg bool, swap int) {
@@ -268,8 +270,10 @@ func flashVariantBits(t *testing.T, d *Device, dt kernels.KVDType, variants []fl
 		for i := range q {
 			q[i] = float32(rng.NormFloat64())
 		}
-		run := func() []byte {
-			var got []byte
+		// run returns the attention's output; with nt > 0 also the mma terms
+		// (nt of them) that AttentionBatchTerms wrote and those lb_mma_split
+		// writes from the output (both nil where it did not fuse).
+		run := func(nt int) (got, fusedTerms, splitTerms []byte) {
 			err := d.Run(func(k *K) error {
 				b := &Batch{Stride: blocks, Plan: PlanAttentionBF16(seq, pos, H, p, ctx, c.bf16)}
 				for _, a := range []struct {
@@ -289,8 +293,33 @@ func flashVariantBits(t *testing.T, d *Device, dt kernels.KVDType, variants []fl
 				if err != nil {
 					return err
 				}
-				if err := k.AttentionBatch(out, qd, p, b, c.T, H, 0.088); err != nil {
-					return err
+				if nt == 0 {
+					if err := k.AttentionBatch(out, qd, p, b, c.T, H, 0.088); err != nil {
+						return err
+					}
+				} else {
+					tm, err := k.termsFor(c.T, H*Dh, nt)
+					if err != nil {
+						return err
+					}
+					if err := k.UploadTo(tm.buf, make([]byte, tm.buf.bytes)); err != nil { // as lb_mma_split leaves padding tokens
+						return err
+					}
+					fused, err := k.AttentionBatchTerms(out, &tm, qd, p, b, c.T, H, 0.088)
+					if err != nil || !fused {
+						return err
+					}
+					fusedTerms = make([]byte, tm.buf.bytes)
+					if err := k.Download(fusedTerms, tm.buf); err != nil {
+						return err
+					}
+					if err := k.Split(tm, out); err != nil {
+						return err
+					}
+					splitTerms = make([]byte, tm.buf.bytes)
+					if err := k.Download(splitTerms, tm.buf); err != nil {
+						return err
+					}
 				}
 				got = make([]byte, 4*len(q))
 				return k.Download(got, out)
@@ -298,20 +327,36 @@ func flashVariantBits(t *testing.T, d *Device, dt kernels.KVDType, variants []fl
 			if err != nil {
 				t.Fatal(err)
 			}
-			return got
+			return got, fusedTerms, splitTerms
 		}
 		flashVariant{}.set()
-		want := run()
+		want, _, _ := run(0)
 		for _, v := range variants {
 			v.set()
-			if got := run(); !bytes.Equal(got, want) {
+			// A decode step (every token split) on the decode kernels writes
+			// the o-projection's terms itself: lb_mma_split's bits.
+			if v.wide && c.T <= flashSplitTokens {
+				for _, nt := range []int{1, 3} {
+					got, fused, split := run(nt)
+					switch {
+					case fused == nil:
+						t.Errorf("%s: %d tokens: AttentionBatchTerms did not write terms", v.name, c.T)
+					case !bytes.Equal(fused, split):
+						t.Errorf("%s: %d tokens, %d terms: the attention's terms differ from lb_mma_split's of its output (%s)", v.name, c.T, nt, firstDiff(fused, split))
+					case !bytes.Equal(got, want):
+						t.Errorf("%s: %d tokens, %d terms: output differs from the one-warp kernels' (%s)", v.name, c.T, nt, firstDiff(got, want))
+					}
+				}
+			}
+			if got, _, _ := run(0); !bytes.Equal(got, want) {
 				t.Errorf("%s: %d tokens (%d BF16, %d single tokens of other sequences): output differs from the one-warp kernels' (%s)",
 					v.name, c.T, c.bf16, c.singles, firstDiff(got, want))
 				if v.wg {
 					// Which descriptor byte offsets would have given the bits.
 					for swap := 1; swap < 4; swap++ {
 						flashWGSwap = swap
-						t.Logf("wgmma prefill with descriptor swap %d: same bits %v (%s)", swap, bytes.Equal(run(), want), firstDiff(run(), want))
+						got, _, _ := run(0)
+						t.Logf("wgmma prefill with descriptor swap %d: same bits %v (%s)", swap, bytes.Equal(got, want), firstDiff(got, want))
 					}
 					flashWGSwap = 0
 				}

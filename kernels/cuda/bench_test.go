@@ -274,7 +274,7 @@ func BenchmarkKernels(b *testing.B) {
 			}
 		}
 		bt := &Batch{Stride: ctx / bs, Plan: PlanAttentionBF16(seq, pos, H, p, ctx, bf16)}
-		if err := d.ReserveAttention(bt.Plan.Parts, H, Dh); err != nil {
+		if err := d.ReserveAttention(&bt.Plan, H, p.KVHeads, Dh); err != nil {
 			b.Fatal(err)
 		}
 		for _, a := range []struct {

@@ -53,7 +53,8 @@
 // in order, its warps sharing each chunk's k and v, folds in registers and
 // writes out. Split (flash-decoding, gridDim.z = Z): block z runs chunks
 // z, z + Z, ... and writes each chunk's (m_c, l_c, o_c) to partials
-// [part_off[t] + c, H, Dh + 2]; lb_flash_merge folds them per (t, h).
+// [part_off[t] + c, H, Dh + 2]; lb_flash_merge folds them per (t, h)
+// (attention_mma_decode.cu's blocks fold their own).
 #define FA_CHUNK 64
 
 // fa_exp2 is 2^x on the special-function unit (ex2.approx, about 2 ulp):

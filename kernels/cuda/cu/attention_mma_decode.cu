@@ -23,16 +23,76 @@
 // reads, with a warp sync for the block barrier, measured the same on the
 // H200: BENCHMARKS.md.)
 //
-// Layout and arguments: attention_mma.cu's (FA_PARAMS). Shared memory,
+// No lb_flash_merge follows: the last of a tile's blocks to finish (an
+// atomic count a tile and KV head in arrive, back to 0 after) folds the
+// tile's partials (fd_merge, lb_flash_merge's order and bits) into out
+// and, with xs, into the o-projection's mma terms, so that a decode step
+// of a batch-1 8B model saves two launches a layer (the merge and the
+// split).
+//
+// Layout and arguments: attention_mma.cu's (FA_PARAMS), then out, arrive,
+// xs, nc, nt, vscale (fd_merge's). Shared memory,
 // dynamic, in u16: q terms [QT][16][Dh + 8], then two stages of k and v
 // [2][2][FA_CHUNK][Dh + 8] (F8: one), then P terms [QT][16][FA_CHUNK + 8]
 // (F8: then the codes, two stages of k and v [2][2][FA_CHUNK][Dh] bytes).
 #define FD_LDP (FA_CHUNK + 8)
 
+// fd_merge folds, for each row of the tile (token t, head h), its chunks'
+// partials in order as lb_flash_merge does, bit for bit, and writes out
+// [T, H, Dh] and, with xs, the same values as mma terms of a [T, H·Dh]
+// matrix (mma_put_terms: nc column chunks, nt terms), the o-projection's
+// input. Warp w takes rows w, w + 4, ...; lane l head dims l, l + 32, ....
+// The partials come from other blocks: read through L2 (__ldcg).
+template <int DH>
+__device__ __forceinline__ void fd_merge(float *out, u32 *xs, int nc, int nt, const float *partials, const int *pos,
+                                         const int *part_off, int t0, int n, int G, int kh, int H, float vscale) {
+	constexpr int DL = DH / 32, U = 8; // head dims a lane; chunks whose loads go out together
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, R = 16 / G;
+	i64 zs = (i64)H * (DH + 2);
+	for (int r = w; r < R * G; r += blockDim.x >> 5) {
+		int tt = r / G;
+		if (tt >= n) break;
+		int t = t0 + tt, h = kh * G + r % G, nch = pos[t] / FA_CHUNK + 1;
+		const float *part = partials + ((i64)part_off[t] * H + h) * (DH + 2);
+		float M = -__int_as_float(0x7f800000), L = 0.0f, O[DL];
+#pragma unroll
+		for (int j = 0; j < DL; j++) O[j] = 0.0f;
+		for (int i0 = 0; i0 < nch; i0 += U) {
+			float m[U], l[U], o[U][DL];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const float *pc = part + (i0 + u) * zs;
+				bool in = i0 + u < nch;
+				m[u] = in ? __ldcg(pc) : 0.0f;
+				l[u] = in ? __ldcg(pc + 1) : 0.0f;
+#pragma unroll
+				for (int j = 0; j < DL; j++) o[u][j] = in ? __ldcg(pc + 2 + lane + 32 * j) : 0.0f;
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				if (i0 + u >= nch) break;
+				float a, b;
+				fa_weights(&M, m[u], &a, &b);
+				L = fa_mix(L, a, l[u], b);
+#pragma unroll
+				for (int j = 0; j < DL; j++) O[j] = fa_mix(O[j], a, o[u][j], b);
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < DL; j++) {
+			float v = __fmul_rn(__fdiv_rn(O[j], L), vscale), v1 = __shfl_down_sync(0xffffffffu, v, 1);
+			int col = h * DH + lane + 32 * j;
+			out[(i64)t * H * DH + col] = v;
+			if (xs && (lane & 1) == 0) mma_put_terms(xs, nc, t, col, v, v1, nt);
+		}
+	}
+}
+
 template <int DH, int QT, bool F8>
 __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8 *kp, const u8 *vp, const int *tables,
                                        int stride, const int *seq, const int *pos, const int *part_off, const int *work,
-                                       int bs, int H, int KVH, float scale) {
+                                       int bs, int H, int KVH, float scale, float *out, int *arrive, u32 *xs, int nc,
+                                       int nt, float vscale) {
 	constexpr int LD = DH + 8, DC = DH / 16, DPW = DH / 64; // DPW: 16-dim groups of o a warp
 	constexpr int KV = FA_CHUNK * LD;                        // one k or v chunk, in u16
 	const int at[6] = {0, 1, 2, 0, 1, 0};
@@ -202,14 +262,32 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 		// Chunk c + 2Z's rows into rows[b]: its last reader, chunk c's copy,
 		// was issued before this round's first barrier.
 		if (tid < FA_CHUNK) rows[b][tid] = fa_row_of(tb, blocks, bs, pn, pmax, KVH, kh, DH);
-
 	}
+	// The tile's last block to finish merges its chunks (the tile's blocks
+	// with chunks: those of z ≤ pmax / FA_CHUNK), so that no lb_flash_merge
+	// launch follows: each block's partials are written before its arrival
+	// is counted (the fence), and the counter is left at 0 for the next
+	// launch.
+	__shared__ int s_last;
+	__syncthreads();
+	if (tid == 0) {
+		__threadfence();
+		int *cnt = arrive + blockIdx.x * KVH + kh;
+		int active = min(Z, pmax / FA_CHUNK + 1);
+		s_last = atomicAdd(cnt, 1) == active - 1;
+		if (s_last) *cnt = 0;
+	}
+	__syncthreads();
+	if (!s_last) return;
+	__threadfence();
+	fd_merge<DH>(out, xs, nc, nt, partials, pos, part_off, t0, n, G, kh, H, vscale);
 }
 
 #define FD_PARAMS                                                                                                     \
 	float *partials, const float *q, const u8 *kp, const u8 *vp, const int *tables, int stride, const int *seq,       \
-	    const int *pos, const int *part_off, const int *work, int bs, int H, int KVH, float scale
-#define FD_ARGS partials, q, kp, vp, tables, stride, seq, pos, part_off, work, bs, H, KVH, scale
+	    const int *pos, const int *part_off, const int *work, int bs, int H, int KVH, float scale, float *out,        \
+	    int *arrive, u32 *xs, int nc, int nt, float vscale
+#define FD_ARGS partials, q, kp, vp, tables, stride, seq, pos, part_off, work, bs, H, KVH, scale, out, arrive, xs, nc, nt, vscale
 
 // lb_flash_decode_d<head dim>[_q1][_fp8]: 4 warps; _q1: q and P as one
 // BF16 term (attention_mma.cu's _q1 numerics); _fp8: an FP8 cache.
