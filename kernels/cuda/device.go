@@ -57,8 +57,7 @@ type Device struct {
 	capturing bool      // inside Capture
 	// pdl: launch kernels with programmatic stream serialization (each
 	// starts while the one before it finishes, and waits in lb_pdl_wait):
-	// on sm_90 and later with cuLaunchKernelEx, unless LOWBIT_PDL=0 (=late:
-	// each kernel waits before it lets the next start, compile.go). On the
+	// on sm_90 and later with cuLaunchKernelEx, unless LOWBIT_PDL=0. On the
 	// H200 it took a batch-1 decode step's device time from 4.90 to 4.80 ms
 	// (Qwen3-8B) and from 1.18 to 1.00 ms (Qwen3-0.6B): the next kernel's
 	// blocks are resident when the one before ends.

@@ -211,26 +211,13 @@ template <int n> __device__ __forceinline__ void cp_async_wait() {
 // started its first weight copies): with programmatic dependent launch
 // (Device.launch, LOWBIT_PDL) a kernel may start while the one before it
 // in the stream still runs, and griddepcontrol.wait holds it until that
-// one has finished and its writes are visible. The kernel first lets the
-// next one start (launch_dependents), so that a GEMV two launches on
-// starts its weight copies while the kernel before it still runs (a
-// small kernel between two GEMVs no longer holds it back). That is safe
-// because every kernel waits before it touches memory an earlier one
-// writes or reads, and an earlier one finishes only after its own wait:
-// waiting on the one before waits on all. A dependent is scheduled only
-// once every block of this grid has started, so it never takes the place
-// of one of this grid's blocks. LB_PDL_LATE (LOWBIT_PDL=late) keeps the
-// order wait, then launch. Launched the plain way, both are no-ops. sm_90
-// and later.
+// one has finished and its writes are visible; it then lets the next
+// kernel start early in turn (launch_dependents). Launched the plain way,
+// both are no-ops. sm_90 and later.
 __device__ __forceinline__ void lb_pdl_wait() {
 #if __CUDA_ARCH__ >= 900
-#ifndef LB_PDL_LATE
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 	asm volatile("griddepcontrol.wait;" ::: "memory");
-#ifdef LB_PDL_LATE
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 #endif
 }
 
