@@ -150,6 +150,46 @@ func logProfile(b *testing.B, what string, ks []cuda.KernelTime) {
 	}
 }
 
+// logTimeline logs a timeline (LOWBIT_TRACE=1): for each kernel, the
+// time from its release to the next one's (the step's time while it was
+// the kernel being waited on: the critical path, kernel by kernel) summed
+// by name, and how long before its release its first block was resident;
+// then one layer's stretch of launches in order.
+func logTimeline(b *testing.B, what string, spans []cuda.TraceSpan) {
+	if len(spans) < 2 {
+		return
+	}
+	type sum struct {
+		n          int
+		crit, lead time.Duration
+	}
+	by, order := map[string]*sum{}, []string{}
+	crit := func(i int) time.Duration { return spans[i+1].Released - spans[i].Released }
+	for i := range len(spans) - 1 {
+		s := by[spans[i].Name]
+		if s == nil {
+			s = &sum{}
+			by[spans[i].Name] = s
+			order = append(order, spans[i].Name)
+		}
+		s.n++
+		s.crit += crit(i)
+		s.lead += spans[i].Released - spans[i].Reached
+	}
+	total := spans[len(spans)-1].Released - spans[0].Released
+	b.Logf("%s: timeline of %d launches, %.3f ms from the first release to the last", what, len(spans), total.Seconds()*1e3)
+	for _, name := range order {
+		s := by[name]
+		b.Logf("  %-32s %4d launches %8.3f ms critical (%5.1f%%), %6.2f µs each; resident %6.2f µs before release",
+			name, s.n, s.crit.Seconds()*1e3, 100*s.crit.Seconds()/total.Seconds(), s.crit.Seconds()*1e6/float64(s.n),
+			s.lead.Seconds()*1e6/float64(s.n))
+	}
+	for i := len(spans) / 2; i < min(len(spans)-1, len(spans)/2+12); i++ {
+		b.Logf("  #%-4d %-32s released at %9.2f µs, critical %6.2f µs, resident %6.2f µs before", i, spans[i].Name,
+			spans[i].Released.Seconds()*1e6, crit(i).Seconds()*1e6, (spans[i].Released-spans[i].Reached).Seconds()*1e6)
+	}
+}
+
 // torchBF16Peak is the best bf16 TFLOP/s (as FLOP/s) of the file
 // scripts/torch_gemm.py wrote, named by LOWBIT_TORCH_GEMM; 0 without it.
 func torchBF16Peak(b *testing.B) float64 {

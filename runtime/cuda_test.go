@@ -244,6 +244,19 @@ func BenchmarkCUDADecode(b *testing.B) {
 			graph += kt.Total
 		}
 	}
+	// With LOWBIT_TRACE=1, one more step's timeline: which kernels the
+	// step waits on, and for how long.
+	if os.Getenv("LOWBIT_TRACE") == "1" {
+		if err := d.TraceStart(); err != nil {
+			b.Fatal(err)
+		}
+		step()
+		spans, err := d.TraceStop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		logTimeline(b, "batch-1 decode step", spans)
+	}
 	devStep := all.Seconds() / profiled
 	b.ReportMetric(graph.Seconds()/profiled*1e3, "graph-ms/step")
 	b.ReportMetric(devStep*1e3, "gpu-ms/step")

@@ -32,6 +32,9 @@ func compileKernels(d *Device, cacheDir string) ([]byte, CompileInfo, error) {
 		return nil, CompileInfo{}, err
 	}
 	opts := append([]string{"--gpu-architecture=" + d.Arch}, compileOptions...)
+	if tracing() {
+		opts = append(opts, "-DLB_TRACE") // a timeline: trace.go
+	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00nvrtc %d.%d\x00driver %d\x00", src, strings.Join(opts, " "), d.NVRTC[0], d.NVRTC[1], d.Driver)
 	key := hex.EncodeToString(h.Sum(nil))[:32]

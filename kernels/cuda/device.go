@@ -61,7 +61,8 @@ type Device struct {
 	// H200 it took a batch-1 decode step's device time from 4.90 to 4.80 ms
 	// (Qwen3-8B) and from 1.18 to 1.00 ms (Qwen3-0.6B): the next kernel's
 	// blocks are resident when the one before ends.
-	pdl bool
+	pdl   bool
+	trace *tracer // the timeline, with LOWBIT_TRACE=1 (trace.go)
 	// gen counts reallocations of the persistent buffers, which captured
 	// graphs refer to by address: a graph of an older generation is stale.
 	gen int
@@ -172,6 +173,12 @@ func Open(opts Options) (*Device, error) {
 	if err := check("cuModuleLoadData", C.lb_cuModuleLoadData(&d.mod, unsafe.Pointer(unsafe.SliceData(cubin)))); err != nil {
 		C.lb_cuDevicePrimaryCtxRelease(d.dev)
 		return nil, err
+	}
+	if tracing() {
+		if err := d.startTracer(); err != nil {
+			d.Close()
+			return nil, err
+		}
 	}
 	return d, nil
 }
@@ -285,6 +292,7 @@ func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...arg)
 	if len(slots) > 0 {
 		p = &slots[0]
 	}
+	d.traceLaunch(name)
 	return d.timed(name, func() error {
 		if d.pdl {
 			return check("cuLaunchKernelEx("+name+")", C.lb_cu_launch_pdl(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),

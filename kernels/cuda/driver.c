@@ -36,6 +36,7 @@ static void *libcuda, *libnvrtc;
 	X(cuModuleLoadData, lb_cures, (lb_handle *, const void *))                                           \
 	X(cuModuleUnload, lb_cures, (lb_handle))                                                             \
 	X(cuModuleGetFunction, lb_cures, (lb_handle *, lb_handle, const char *))                             \
+	X(cuModuleGetGlobal_v2, lb_cures, (lb_devptr *, size_t *, lb_handle, const char *))                  \
 	X(cuFuncSetAttribute, lb_cures, (lb_handle, int, int))                                               \
 	X(cuFuncGetAttribute, lb_cures, (int *, int, lb_handle))                                             \
 	X(cuGetErrorName, lb_cures, (lb_cures, const char **))                                               \
@@ -156,6 +157,7 @@ lb_cures lb_cuMemcpyDtoD(lb_devptr d, lb_devptr s, size_t b) { return p_cuMemcpy
 lb_cures lb_cuModuleLoadData(lb_handle *m, const void *i) { return p_cuModuleLoadData(m, i); }
 lb_cures lb_cuModuleUnload(lb_handle m) { return p_cuModuleUnload(m); }
 lb_cures lb_cuModuleGetFunction(lb_handle *f, lb_handle m, const char *n) { return p_cuModuleGetFunction(f, m, n); }
+lb_cures lb_cuModuleGetGlobal(lb_devptr *p, size_t *b, lb_handle m, const char *n) { return p_cuModuleGetGlobal_v2(p, b, m, n); }
 lb_cures lb_cuFuncSetAttribute(lb_handle f, int a, int v) { return p_cuFuncSetAttribute(f, a, v); }
 lb_cures lb_cuFuncGetAttribute(int *v, int a, lb_handle f) { return p_cuFuncGetAttribute(v, a, f); }
 lb_cures lb_cuGetErrorName(lb_cures r, const char **s) { return p_cuGetErrorName(r, s); }

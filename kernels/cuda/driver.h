@@ -44,6 +44,7 @@ lb_cures lb_cuMemcpyDtoD(lb_devptr dst, lb_devptr src, size_t bytes);
 lb_cures lb_cuModuleLoadData(lb_handle *mod, const void *image);
 lb_cures lb_cuModuleUnload(lb_handle mod);
 lb_cures lb_cuModuleGetFunction(lb_handle *fn, lb_handle mod, const char *name);
+lb_cures lb_cuModuleGetGlobal(lb_devptr *p, size_t *bytes, lb_handle mod, const char *name);
 lb_cures lb_cuFuncSetAttribute(lb_handle fn, int attr, int value);
 lb_cures lb_cuFuncGetAttribute(int *value, int attr, lb_handle fn);
 lb_cures lb_cuGetErrorName(lb_cures r, const char **s);

@@ -423,8 +423,9 @@ func (k *K) UploadTo(dst Buf, src []byte) error {
 
 // Graph is a captured sequence of launches, replayed with one call.
 type Graph struct {
-	exec C.lb_handle
-	Gen  int // the device's persistent-buffer generation at capture
+	exec    C.lb_handle
+	Gen     int      // the device's persistent-buffer generation at capture
+	kernels []string // its launches in order, with a timeline (trace.go)
 }
 
 // Generation returns the persistent-buffer generation: a Graph captured at
@@ -445,6 +446,9 @@ func (d *Device) Capture(f func(k *K) error) (*Graph, error) {
 			return err
 		}
 		d.capturing = true
+		if d.trace != nil {
+			d.trace.captured = nil
+		}
 		ferr := f(&K{d})
 		d.capturing = false
 		var graph C.lb_handle
@@ -456,6 +460,9 @@ func (d *Device) Capture(f func(k *K) error) (*Graph, error) {
 			return ferr
 		}
 		g = &Graph{Gen: d.gen}
+		if d.trace != nil {
+			g.kernels = d.trace.captured
+		}
 		return check("cuGraphInstantiate", C.lb_cuGraphInstantiate(&g.exec, graph))
 	})
 	return g, err
@@ -466,6 +473,9 @@ func (d *Device) Capture(f func(k *K) error) (*Graph, error) {
 func (k *K) Launch(g *Graph) error {
 	if g.Gen != k.d.gen {
 		return fmt.Errorf("cuda: a graph of buffer generation %d replayed at %d", g.Gen, k.d.gen)
+	}
+	if k.d.trace != nil {
+		k.d.trace.names = append(k.d.trace.names, g.kernels...)
 	}
 	return k.d.timed(GraphReplay, func() error { return check("cuGraphLaunch", C.lb_cuGraphLaunch(g.exec, k.d.stream)) })
 }

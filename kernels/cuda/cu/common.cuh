@@ -214,10 +214,37 @@ template <int n> __device__ __forceinline__ void cp_async_wait() {
 // one has finished and its writes are visible; it then lets the next
 // kernel start early in turn (launch_dependents). Launched the plain way,
 // both are no-ops. sm_90 and later.
+//
+// With LB_TRACE (LOWBIT_TRACE=1, trace.go) block (0, 0, 0) of every kernel
+// also records, in launch order, the global timer when it reaches the wait
+// and when the wait releases it: a timeline of a graph replay, whose
+// releases are the kernels before's ends.
+#ifdef LB_TRACE
+#define LB_TRACE_CAP 8192
+extern "C" {
+__device__ u64 *lb_trace; // [LB_TRACE_CAP][2]
+__device__ u32 lb_trace_n;
+}
+__device__ __forceinline__ u64 lb_globaltimer() {
+	u64 t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+#endif
 __device__ __forceinline__ void lb_pdl_wait() {
+#ifdef LB_TRACE
+	u64 *tr = 0;
+	if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && lb_trace) {
+		tr = lb_trace + 2 * (atomicAdd(&lb_trace_n, 1u) % LB_TRACE_CAP);
+		tr[0] = lb_globaltimer();
+	}
+#endif
 #if __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#ifdef LB_TRACE
+	if (tr) tr[1] = lb_globaltimer();
 #endif
 }
 
