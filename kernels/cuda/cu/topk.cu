@@ -125,15 +125,32 @@ __device__ void topk_select(const TopkList &list, int k, TopkShared &s) {
 			}
 		}
 		__syncthreads();
-		if (tid == 0) {
-			int rem = s.rem, above = 0, d = 255;
-			for (; d > 0; d--) {
-				if (above + s.hist[d] >= rem) break;
-				above += s.hist[d];
+		// The digit d: the largest with (count above d) + hist[d] ≥ rem (0
+		// if none), by warp 0, lane l holding digits 8l .. 8l + 7: the lane
+		// is the highest whose digits and those above reach rem, then a
+		// walk down its eight. (One thread walking all 256 took 15 µs a
+		// launch of the four passes.)
+		if (tid < 32) {
+			int rem = s.rem, h[8], tot = 0;
+#pragma unroll
+			for (int j = 0; j < 8; j++) h[j] = s.hist[8 * lane + j], tot += h[j];
+			int suf = tot; // this lane's digits and those above
+#pragma unroll
+			for (int o = 1; o < 32; o <<= 1) {
+				int v = __shfl_down_sync(0xffffffffu, suf, o);
+				if (lane + o < 32) suf += v;
 			}
-			s.rem = rem - above;
-			s.prefix = prefix | ((u32)d << (8 * b));
-			s.mask = mask | (255u << (8 * b));
+			unsigned reach = __ballot_sync(0xffffffffu, suf >= rem);
+			if (lane == (reach ? 31 - __clz(reach) : 0)) {
+				int above = suf - tot, j = 7;
+				for (; j > 0; j--) {
+					if (above + h[j] >= rem) break;
+					above += h[j];
+				}
+				s.rem = rem - above;
+				s.prefix = prefix | ((u32)(8 * lane + j) << (8 * b));
+				s.mask = mask | (255u << (8 * b));
+			}
 		}
 		__syncthreads();
 	}
