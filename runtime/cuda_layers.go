@@ -61,7 +61,7 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err := e.matmulBF16(k, xb, n, p, T, []cuda.Buf{q, kk, v}, dl.q, dl.k, dl.v); err != nil {
 			return err
 		}
-		if err := e.attention(k, dl, T, bt, scale, false); err != nil {
+		if _, err := e.attention(k, dl, T, bt, scale, false); err != nil {
 			return err
 		}
 		if nb, np, err = e.normBF16(k, x, h, n, dl.postNorm, T, dl.gate, dl.up); err != nil {
@@ -91,31 +91,38 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 // o-projection's output in act.h: q/k-norm, RoPE and the KV-cache write,
 // attention, o_proj. With terms (layersTerms), a decode step's attention
 // writes the o-projection's input terms itself (AttentionBatchTerms): no
-// split launch.
-func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, terms bool) error {
+// split launch; and the o-projection adds into the residual stream act.x
+// where it can (MatMulTermsAdd), which it reports (act.h then holds
+// nothing).
+func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, terms bool) (bool, error) {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
 	h := []cuda.Buf{a.h.F32(0, T*d.hidden)}
 	if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
-		return err
+		return false, err
 	}
 	if terms {
 		t, err := e.termsFor(k, T, qd)
 		if err != nil {
-			return err
+			return false, err
 		}
 		fused, err := k.AttentionBatchTerms(att, &t, q, &dl.kv, bt, T, d.heads, scale)
-		if err != nil || fused {
-			if err == nil {
-				err = k.MatMulTerms(t, h, []*cuda.Weight{dl.o})
-			}
-			return err
+		if err != nil {
+			return false, err
 		}
-	} else if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
-		return err
+		if !fused {
+			return false, e.matmul(k, att, T, h, dl.o)
+		}
+		if added, err := k.MatMulTermsAdd(t, a.x.F32(0, T*d.hidden), dl.o); added || err != nil {
+			return added, err
+		}
+		return false, k.MatMulTerms(t, h, []*cuda.Weight{dl.o})
 	}
-	return e.matmul(k, att, T, h, dl.o)
+	if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
+		return false, err
+	}
+	return false, e.matmul(k, att, T, h, dl.o)
 }
 
 // layersTerms runs the decoder layers of a model whose matmul weights are
@@ -146,17 +153,26 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 	if err != nil {
 		return err
 	}
+	// norm writes RMSNorm(x + h) into the terms, or, where the projection
+	// before added into x already (added), RMSNorm(x) over more blocks.
+	norm := func(added bool, w cuda.Buf) (cuda.Terms, error) {
+		return terms(d.hidden, func(t cuda.Terms) error {
+			if added {
+				return k.RMSNormTerms(x, t, w, d.hidden, d.eps, false)
+			}
+			return k.AddRMSNormTerms(x, h, t, w, d.hidden, d.eps, false)
+		})
+	}
 	for i := range e.layers {
 		dl := &e.layers[i]
 		if err := k.MatMulTerms(t, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
 			return err
 		}
-		if err := e.attention(k, dl, T, bt, scale, true); err != nil {
+		added, err := e.attention(k, dl, T, bt, scale, true)
+		if err != nil {
 			return err
 		}
-		if t, err = terms(d.hidden, func(t cuda.Terms) error {
-			return k.AddRMSNormTerms(x, h, t, dl.postNorm, d.hidden, d.eps, false)
-		}); err != nil {
+		if t, err = norm(added, dl.postNorm); err != nil {
 			return err
 		}
 		if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
@@ -166,15 +182,21 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err != nil {
 			return err
 		}
-		if err := k.MatMulTerms(td, []cuda.Buf{h}, []*cuda.Weight{dl.down}); err != nil {
+		if added, err = k.MatMulTermsAdd(td, x, dl.down); err != nil {
 			return err
 		}
+		if !added {
+			if err := k.MatMulTerms(td, []cuda.Buf{h}, []*cuda.Weight{dl.down}); err != nil {
+				return err
+			}
+		}
 		if i+1 == len(e.layers) {
+			if added {
+				return nil
+			}
 			return k.Add(x, x, h, T*d.hidden)
 		}
-		if t, err = terms(d.hidden, func(t cuda.Terms) error {
-			return k.AddRMSNormTerms(x, h, t, e.layers[i+1].inputNorm, d.hidden, d.eps, false)
-		}); err != nil {
+		if t, err = norm(added, e.layers[i+1].inputNorm); err != nil {
 			return err
 		}
 	}

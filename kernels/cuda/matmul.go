@@ -369,7 +369,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if ok, err := k.gemvTiles1(t, ys, ws); ok {
 		return err
 	}
-	if ok, err := k.gemvBulk(t, ys, ws); ok {
+	if ok, err := k.gemvBulk(t, ys, ws, 0); ok {
 		return err
 	}
 	if k.useWide(T, spans) {
@@ -392,7 +392,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 // lb_mma_gemv_bulk1) for the terms t over the tiled weights ws, and
 // reports whether it could: on sm_90, up to 8·mmaBulkGroups tokens (BF16:
 // 8·mmaBulk1Groups), with room in shared memory.
-func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight) (bool, error) {
+func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int) (bool, error) {
 	xs, T, in := t.buf, t.T, t.In
 	groups := (T + 7) / 8
 	name := "lb_mma_gemv_bulk"
@@ -419,7 +419,39 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight) (bool, error) {
 		return false, nil
 	}
 	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
-		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring))
+		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc))
+}
+
+// MatMulTermsAdd is y += w·x for the terms t of x, where MatMulTerms would
+// run lb_mma_gemv_bulk or _bulk1 (a decode step of a few tokens): the
+// float32 sum each output gets is MatMulTerms's, added to y once, the bits
+// of MatMulTerms then Add. It reports false, and does nothing, where
+// another kernel would run.
+func (k *K) MatMulTermsAdd(t Terms, y Buf, w *Weight) (bool, error) {
+	if !w.Tiled || w.In != t.In {
+		return false, fmt.Errorf("cuda: MatMulTermsAdd: a %dx%d weight (tiled %v) on terms of width %d", w.Out, w.In, w.Tiled, t.In)
+	}
+	if t.T == 0 || t.T > mmaGemvTokens || t.nt == 1 && t.T >= mmaTiles1From {
+		return false, nil
+	}
+	return k.gemvBulk(t, []Buf{y}, []*Weight{w}, 1)
+}
+
+// RMSNormTerms writes RMSNorm(x) [T, D] into t (t.In = D) as
+// AddRMSNormTerms without h does, bit for bit, each row spread over
+// ⌈D / 512⌉ blocks (lb_rmsnorm_terms_slices): for decode steps, whose few
+// rows would otherwise run on as many SMs.
+func (k *K) RMSNormTerms(x Buf, t Terms, w Buf, D int, eps float32, zeroCentered bool) error {
+	if t.In != D {
+		return fmt.Errorf("cuda: RMSNormTerms of width %d into terms of %d", D, t.In)
+	}
+	zc := 0
+	if zeroCentered {
+		zc = 1
+	}
+	nc := (D + 15) / 16
+	return k.d.launch("lb_rmsnorm_terms_slices", [3]int{t.T, (nc*8 + 255) / 256, 1}, [3]int{256, 1, 1}, 0,
+		ptrArg(x.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg(nc), intArg(t.nt))
 }
 
 // gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t

@@ -119,3 +119,50 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 			if (p0 + u * nt < nc * 8) mma_put_terms(xs, nc, blockIdx.x, 2 * (p0 + u * nt), v[u][0], v[u][1], terms);
 	}
 }
+
+// lb_rmsnorm_terms_slices: lb_add_rmsnorm_terms without the add (the
+// residual already added into x: lb_mma_gemv_bulk's acc), each row's
+// output spread over gridDim.y blocks of 256 threads, at most one column
+// pair a thread. Every block sums its whole row's squares in
+// lb_add_rmsnorm_terms's order (the same r, bit for bit) and writes the
+// terms of its share of the pairs. A decode step's row then runs on
+// several SMs: on one block, its load rounds and stores held a Qwen3-8B
+// step for 9.7 µs a launch, a seventh of the step (BENCHMARKS.md).
+extern "C" __global__ void __launch_bounds__(256) lb_rmsnorm_terms_slices(const float *x, u32 *xs, const float *w,
+                                                                            int D, float eps, int zero_centered,
+                                                                            int nc, int terms) {
+	lb_pdl_wait();
+	__shared__ float sh[32];
+	const float *xr = x + (i64)blockIdx.x * D;
+	const int nt = blockDim.x, per = (nc * 8 + gridDim.y - 1) / gridDim.y;
+	// This thread's pair, loaded with the row's first round.
+	int p = blockIdx.y * per + threadIdx.x;
+	bool mine = threadIdx.x < per && p < nc * 8;
+	float pv[2] = {0.0f, 0.0f}, pg[2] = {0.0f, 0.0f};
+	if (mine)
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int i = 2 * p + k;
+			if (i < D) pv[k] = xr[i], pg[k] = zero_centered ? 1.0f + w[i] : w[i];
+		}
+	constexpr int RN = 16;
+	float s = 0.0f;
+	for (int i0 = threadIdx.x; i0 < D; i0 += RN * nt) {
+		float v[RN];
+#pragma unroll
+		for (int u = 0; u < RN; u++) {
+			int i = i0 + u * nt;
+			v[u] = i < D ? xr[i] : 0.0f;
+		}
+#pragma unroll
+		for (int u = 0; u < RN; u++) {
+			if (i0 + u * nt >= D) break;
+			s += v[u] * v[u];
+		}
+	}
+	s = block_sum(s, sh);
+	float r = 1.0f / sqrtf(s / (float)D + eps);
+	if (mine)
+		mma_put_terms(xs, nc, blockIdx.x, 2 * p, 2 * p < D ? pv[0] * r * pg[0] : 0.0f,
+		              2 * p + 1 < D ? pv[1] * r * pg[1] : 0.0f, terms);
+}

@@ -183,16 +183,18 @@ __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, co
 
 // mma_gemv_add writes y for row tile m and ng token groups from n0: each
 // output the sum of its spans' sums in part, in span order from 0 (after
-// the block's barrier).
+// the block's barrier); with acc, y + that sum (the residual add of
+// lb_add_rmsnorm_terms, the same float32 addition).
 __device__ __forceinline__ void mma_gemv_add(float *y, const float *part, int m, int out, int n0, int ng, int spans,
-                                             int T) {
+                                             int T, int acc = 0) {
 	for (int i = threadIdx.x; i < ng * 128; i += blockDim.x) {
 		int n = i >> 7, r = (i >> 3) & 15, tk = i & 7;
 		int row = 16 * m + r, t = 8 * (n0 + n) + tk;
 		if (row < out && t < T) {
 			float sum = 0.0f;
 			for (int s = 0; s < spans; s++) sum += part[((s * ng + n) * 16 + r) * 8 + tk];
-			y[(i64)t * out + row] = sum;
+			float *yo = y + (i64)t * out + row;
+			*yo = acc ? *yo + sum : sum;
 		}
 	}
 }

@@ -82,7 +82,7 @@ template <int TERMS>
 __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
                                               int out0, float *y1, const uint4 *w1, int out1, float *y2,
                                               const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
-                                              int ring) {
+                                              int ring, int acc) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
@@ -117,18 +117,22 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 		if (lane == 0 && k + ring < mine) issue(k + ring);
 	}
 	__syncthreads();
-	mma_gemv_add(y, part, m, out, n0, ng, spans, T);
+	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc);
 }
 
 // lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
 // at most 128 registers a thread (each weight fragment read from its slot
 // by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
+// acc: y += W·x (a decode step's o and down projections add into the
+// residual stream, so that the norm after them has no add and spreads
+// over blocks: lb_rmsnorm_terms_slices).
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
-                     const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring) {
+                     const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
+                     int acc) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring);
+	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
 }
 
 // lb_mma_gemv_bulk1: lb_mma_gemv_bulk on BF16 activations (terms written
@@ -138,10 +142,11 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 // every three-term kernel on the same terms (they add exact zeros).
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
-                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring) {
+                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
+                      int acc) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring);
+	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
 }
 
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
