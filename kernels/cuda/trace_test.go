@@ -19,10 +19,13 @@ func TestTrace(t *testing.T) {
 	t.Setenv("LOWBIT_TRACE", "1")
 	d := openOrSkip(t)
 	const n = 1 << 16
-	var x Buf
+	var x, w Buf
 	err := d.Run(func(k *K) error {
 		var err error
-		x, err = k.Upload(make([]byte, 4*n))
+		if x, err = k.Upload(make([]byte, 4*n)); err != nil {
+			return err
+		}
+		w, err = k.Upload(make([]byte, 4*n)) // the norm's gains, 1 + 0
 		return err
 	})
 	if err != nil {
@@ -32,7 +35,7 @@ func TestTrace(t *testing.T) {
 		if err := k.Add(x, x, x, n); err != nil {
 			return err
 		}
-		return k.RMSNorm(x, x, Buf{}, 1, n, 1e-6, true)
+		return k.RMSNorm(x, x, w, 1, n, 1e-6, true)
 	})
 	if err != nil {
 		t.Fatal(err)
