@@ -123,26 +123,8 @@ func TestTermsBF16Producers(t *testing.T) {
 	d := openOrSkip(t)
 	rng := rand.New(rand.NewPCG(17, 19))
 	const T, D = 11, 1000 // D off the 16-column chunks: padding columns too
-	vals := func(n int, scale float64) Buf {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * scale)
-		}
-		b, err := d.Alloc(4 * n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Upload(b, asBytes(v, n)); err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	vals := func(n int, scale float64) Buf { return normalBuf(t, d, rng, n, scale) }
 	x, w, gate, up := vals(T*D, 3), vals(D, 1), vals(T*D, 2), vals(T*D, 1)
-	defer func() {
-		for _, b := range []Buf{x, w, gate, up} {
-			d.Free(b)
-		}
-	}()
 	for _, p := range []struct {
 		name    string
 		produce func(k *K, tm Terms) error

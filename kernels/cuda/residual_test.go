@@ -17,21 +17,7 @@ import (
 func TestResidualInGemv(t *testing.T) {
 	d := openOrSkip(t)
 	rng := rand.New(rand.NewPCG(23, 29))
-	upload := func(n int, scale float64) Buf {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64() * scale)
-		}
-		b, err := d.Alloc(4 * n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Upload(b, asBytes(v, n)); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Free(b) })
-		return b
-	}
+	upload := func(n int, scale float64) Buf { return normalBuf(t, d, rng, n, scale) }
 	download := func(b Buf) []byte {
 		out := make([]byte, b.Bytes())
 		if err := d.Download(out, b); err != nil {
@@ -116,4 +102,23 @@ func TestResidualInGemv(t *testing.T) {
 			}
 		}
 	}
+}
+
+// normalBuf uploads n float32s drawn from N(0, scale²), freed when the
+// test ends.
+func normalBuf(t *testing.T, d *Device, rng *rand.Rand, n int, scale float64) Buf {
+	t.Helper()
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * scale)
+	}
+	b, err := d.Alloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Upload(b, asBytes(v, n)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Free(b) })
+	return b
 }
