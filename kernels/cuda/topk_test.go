@@ -10,8 +10,9 @@ import (
 	"testing"
 )
 
-// TestTopK: TopK (lb_topk_chunks, _merge, _ties) against a host sort of each row: the same ids in the
-// same order (value descending, ties by ascending id) with their values,
+// TestTopK: TopK (lb_topk_chunks, _merge, _ties) against a host sort of
+// each row: the same ids in the same order (value descending, ties by
+// ascending id) with their values,
 // log-probabilities within float32 rounding of the host's, and the count
 // of entries at least as probable as the k-th recounted from the kernel's
 // own log-sum-exp. Rows with many ties (within and across the kernel's
