@@ -474,9 +474,7 @@ func (k *K) Launch(g *Graph) error {
 	if g.Gen != k.d.gen {
 		return fmt.Errorf("cuda: a graph of buffer generation %d replayed at %d", g.Gen, k.d.gen)
 	}
-	if k.d.trace != nil {
-		k.d.trace.names = append(k.d.trace.names, g.kernels...)
-	}
+	k.d.traceReplay(g)
 	return k.d.timed(GraphReplay, func() error { return check("cuGraphLaunch", C.lb_cuGraphLaunch(g.exec, k.d.stream)) })
 }
 

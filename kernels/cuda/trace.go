@@ -28,6 +28,7 @@ func tracing() bool { return os.Getenv("LOWBIT_TRACE") == "1" }
 // kernels), which the records follow.
 type tracer struct {
 	buf      Buf
+	active   bool // between TraceStart and TraceStop: names grows
 	names    []string
 	captured []string // the kernels of the capture under way
 }
@@ -68,8 +69,15 @@ func (d *Device) traceLaunch(name string) {
 	}
 	if d.capturing {
 		d.trace.captured = append(d.trace.captured, name)
-	} else {
+	} else if d.trace.active {
 		d.trace.names = append(d.trace.names, name)
+	}
+}
+
+// traceReplay notes a replay of g's kernels (locked by the caller).
+func (d *Device) traceReplay(g *Graph) {
+	if d.trace != nil && d.trace.active {
+		d.trace.names = append(d.trace.names, g.kernels...)
 	}
 }
 
@@ -95,7 +103,7 @@ func (d *Device) TraceStart() error {
 		if err := d.sync("a timeline's start"); err != nil {
 			return err
 		}
-		d.trace.names = nil
+		d.trace.names, d.trace.active = nil, true
 		return check("cuMemsetD8(lb_trace_n)", C.lb_cuMemsetD8(p, 0, 4))
 	})
 }
@@ -108,6 +116,7 @@ func (d *Device) TraceStop() ([]TraceSpan, error) {
 		if d.trace == nil {
 			return fmt.Errorf("cuda: no timeline: open the device with LOWBIT_TRACE=1")
 		}
+		d.trace.active = false
 		if err := d.sync("a timeline"); err != nil {
 			return err
 		}
