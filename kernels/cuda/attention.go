@@ -323,9 +323,16 @@ func (d *Device) ReserveAttention(pl *AttentionPlan, H, KVH, headDim int) error 
 		if _, err := d.persistent("attention_partials", 4*pl.Parts*H*(headDim+2)); err != nil {
 			return err
 		}
-		_, err := d.persistentZeroed("attention_arrivals", 4*(len(pl.Work)/2-pl.Whole)*KVH)
+		_, err := d.arrivals(pl, KVH)
 		return err
 	})
+}
+
+// arrivals returns the decode kernels' arrival counters for plan pl, one
+// int32 a split tile and KV head, zeros where the kernels have not left
+// them (locked by the caller).
+func (d *Device) arrivals(pl *AttentionPlan, KVH int) (Buf, error) {
+	return d.persistentZeroed("attention_arrivals", 4*(len(pl.Work)/2-pl.Whole)*KVH)
 }
 
 // AttentionBatch runs a batch's attention, T tokens, as b.Plan says
@@ -447,7 +454,7 @@ func (k *K) flashSplit(out, q, parts Buf, p *KVPool, b *Batch, H int, scale, vsc
 	var arrive Buf
 	if flashDecodeFits(p) {
 		var err error
-		if arrive, err = k.d.persistentZeroed("attention_arrivals", 4*(len(pl.Work)/2-pl.Whole)*p.KVHeads); err != nil {
+		if arrive, err = k.d.arrivals(pl, p.KVHeads); err != nil {
 			return err
 		}
 	}
