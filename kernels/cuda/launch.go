@@ -179,23 +179,15 @@ func (k *K) Scratch(n int) (Buf, error) {
 
 // RMSNorm: y [T, D] = x / rms(x) · (w or 1 + w) (rmsnorm.cu).
 func (k *K) RMSNorm(y, x, w Buf, T, D int, eps float32, zeroCentered bool) error {
-	zc := 0
-	if zeroCentered {
-		zc = 1
-	}
 	return k.d.launch("lb_rmsnorm", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
-		ptrArg(y.ptr), ptrArg(x.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc))
+		ptrArg(y.ptr), ptrArg(x.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered))
 }
 
 // AddRMSNorm: x += h, then y = RMSNorm(x) (add_rmsnorm.cu): the bits of
 // Add followed by RMSNorm, one launch. y must not alias x or h.
 func (k *K) AddRMSNorm(x, h, y, w Buf, T, D int, eps float32, zeroCentered bool) error {
-	zc := 0
-	if zeroCentered {
-		zc = 1
-	}
 	return k.d.launch("lb_add_rmsnorm", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
-		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(y.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc))
+		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(y.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered))
 }
 
 // qkNormRoPEWarps and qkNormRoPEWarpsW are qk_norm_rope.cu's QKR_WARPS and

@@ -313,15 +313,11 @@ func (k *K) AddRMSNormTerms(x, h Buf, t Terms, w Buf, D int, eps float32, zeroCe
 	if t.In != D {
 		return fmt.Errorf("cuda: AddRMSNormTerms of width %d into terms of %d", D, t.In)
 	}
-	zc := 0
-	if zeroCentered {
-		zc = 1
-	}
 	if 8*D > maxBlockShared {
 		return fmt.Errorf("cuda: AddRMSNormTerms of width %d: its row and gains (8 bytes a column) exceed a block's shared memory", D)
 	}
 	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 8*D,
-		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg((D+15)/16), intArg(t.nt))
+		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered), intArg((D+15)/16), intArg(t.nt))
 }
 
 // SiLUMulTerms is SiLUMul over [T, D] writing into t (t.In = D).
@@ -445,13 +441,9 @@ func (k *K) RMSNormTerms(x Buf, t Terms, w Buf, D int, eps float32, zeroCentered
 	if t.In != D {
 		return fmt.Errorf("cuda: RMSNormTerms of width %d into terms of %d", D, t.In)
 	}
-	zc := 0
-	if zeroCentered {
-		zc = 1
-	}
 	nc := (D + 15) / 16
 	return k.d.launch("lb_rmsnorm_terms_slices", [3]int{t.T, (nc*8 + 255) / 256, 1}, [3]int{256, 1, 1}, 0,
-		ptrArg(x.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), intArg(zc), intArg(nc), intArg(t.nt))
+		ptrArg(x.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered), intArg(nc), intArg(t.nt))
 }
 
 // gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t
