@@ -262,10 +262,9 @@ type arg uint64
 
 func ptrArg(p C.lb_devptr) arg { return arg(p) }
 func intArg(v int) arg         { return arg(uint32(int32(v))) }
-
-func i64Arg(v int64) arg   { return arg(uint64(v)) }
-func f32Arg(v float32) arg { return arg(*(*uint32)(unsafe.Pointer(&v))) }
-func f64Arg(v float64) arg { return arg(*(*uint64)(unsafe.Pointer(&v))) }
+func i64Arg(v int64) arg       { return arg(uint64(v)) }
+func f32Arg(v float32) arg     { return arg(*(*uint32)(unsafe.Pointer(&v))) }
+func f64Arg(v float64) arg     { return arg(*(*uint64)(unsafe.Pointer(&v))) }
 
 // flagArg passes a bool as the kernels' int 0 or 1.
 func flagArg(b bool) arg {
