@@ -12,6 +12,7 @@ import (
 // the one before and no earlier than it was reached; without it,
 // TraceStart says how to get one. Skips without a GPU.
 func TestTrace(t *testing.T) {
+	t.Setenv("LOWBIT_TRACE", "") // whatever the run's environment says
 	plain := openOrSkip(t)
 	if err := plain.TraceStart(); err == nil {
 		t.Error("TraceStart without LOWBIT_TRACE=1: no error")
