@@ -75,14 +75,107 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
+// mma_gemv_silu is a gate and up launch's epilogue (sxs): the later of
+// the two blocks of row tile m and token groups blockIdx.y to finish (an
+// atomic count in arrive, back to 0 after) writes silu(gate)·up of the
+// tile's D-wide rows, which are column chunk m of the down projection's
+// input, as its mma terms (nt of them), tokens 8·n0 .. 8·(n0 + ng) − 1 below T:
+// the bits of lb_silu_mul_terms, without its launch. The other block's
+// outputs come through L2 (__ldcg), visible after its fence.
+__device__ __forceinline__ void mma_gemv_silu(u32 *sxs, int *arrive, const float *gate, const float *up, int D,
+                                              int m, int n0, int ng, int T, int nt) {
+	__shared__ int last;
+	__threadfence(); // this block's outputs, before its arrival
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int *a = arrive + m * gridDim.y + blockIdx.y;
+		last = atomicAdd(a, 1) == 1;
+		if (last) *a = 0;
+	}
+	__syncthreads();
+	if (!last) return;
+	__threadfence(); // the other block's outputs, after its arrival
+	int nc = (D + 15) / 16;
+	for (int i = threadIdx.x; i < ng * 64; i += blockDim.x) { // (token, column pair) of the tile
+		int t = 8 * n0 + (i >> 3), col = 16 * m + 2 * (i & 7);
+		if (t >= T) continue;
+		float v[2];
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			i64 at = (i64)t * D + col + k;
+			v[k] = col + k < D ? silu_mul(__ldcg(gate + at), __ldcg(up + at)) : 0.0f;
+		}
+		mma_put_terms(sxs, nc, t, col, v[0], v[1], nt);
+	}
+}
+
+// row_sumsq256 returns Σ xr[i]² over a row of D floats summed as a block of
+// 256 threads sums it in lb_rmsnorm_terms_slices and lb_add_rmsnorm_terms
+// (thread v: i = v, v + 256, ... in order; then block_sum), bit for bit,
+// on a block of any whole number of warps up to 8: warp w plays the
+// 256-thread block's warps w, w + nw, .... sh holds 8 floats.
+__device__ __forceinline__ float row_sumsq256(const float *xr, int D, float *sh) {
+	constexpr int RN = 16;
+	int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+	for (int vw = threadIdx.x >> 5; vw < 8; vw += nw) {
+		float s = 0.0f;
+		for (int i0 = 32 * vw + lane; i0 < D; i0 += RN * 256) {
+			float v[RN];
+#pragma unroll
+			for (int u = 0; u < RN; u++) {
+				int i = i0 + u * 256;
+				v[u] = i < D ? xr[i] : 0.0f;
+			}
+#pragma unroll
+			for (int u = 0; u < RN; u++) {
+				if (i0 + u * 256 >= D) break;
+				s += v[u] * v[u];
+			}
+		}
+		s = warp_sum(s);
+		if (lane == 0) sh[vw] = s;
+	}
+	__syncthreads();
+	float s = warp_sum(lane < 8 ? sh[lane] : 0.0f);
+	__syncthreads(); // sh is free for the next row
+	return s;
+}
+
+// mma_norm_rows writes RMSNorm(x) of T rows of D floats (gains g = nw or
+// 1 + nw: zero_centered) as BF16 pairs into xn, row t at xn + t·ldx (u32),
+// nc·8 pairs a row (zeros past D): the values, and the BF16 rounding, of
+// lb_rmsnorm_terms_slices's one-term output.
+__device__ __forceinline__ void mma_norm_rows(u32 *xn, int ldx, const float *x, const float *nw, int T, int D, int nc,
+                                              float eps, int zero_centered, float *sh) {
+	for (int t = 0; t < T; t++) {
+		const float *xr = x + (i64)t * D;
+		float r = 1.0f / sqrtf(row_sumsq256(xr, D, sh) / (float)D + eps);
+		for (int p = threadIdx.x; p < nc * 8; p += blockDim.x) {
+			float v[2];
+#pragma unroll
+			for (int k = 0; k < 2; k++) {
+				int i = 2 * p + k;
+				v[k] = i < D ? xr[i] * r * (zero_centered ? 1.0f + nw[i] : nw[i]) : 0.0f;
+			}
+			u32 b;
+			asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(b) : "f"(v[1]), "f"(v[0]));
+			xn[t * ldx + p] = b;
+		}
+	}
+}
+
 // mma_gemv_bulk is lb_mma_gemv_bulk's body on TERMS terms of the
 // activations (3, or 1: hi alone, lb_mma_gemv_bulk1), with the block's
 // dynamic shared memory smem and its mbarriers bars.
-template <int TERMS>
+// NORM (lb_mma_gemv_bulk1_norm): no terms; the block computes its input,
+// RMSNorm(x) with gains, itself (mma_norm_rows) into shared memory
+// after the spans' sums, one group of up to 8 tokens.
+template <int TERMS, bool NORM = false>
 __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
                                               int out0, float *y1, const uint4 *w1, int out1, float *y2,
                                               const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
-                                              int ring, int acc) {
+                                              int ring, int acc, u32 *sxs, int *arrive, const float *x = 0,
+                                              const float *gains = 0, float eps = 0.0f, int zero_centered = 0) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
@@ -108,9 +201,27 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	}
 	__syncwarp();
 	lb_pdl_wait();
+	// NORM: row t of the input as BF16 pairs at xn + t·ldx (padded by 4
+	// words, so that the 8 tokens' lanes read 32 banks).
+	const int ldx = nc * 8 + 4;
+	u32 *xn = (u32 *)(part + spans * gpb * 128);
+	if (NORM) {
+		__shared__ float sh[8];
+		mma_norm_rows(xn, ldx, x, gains, T, in, nc, eps, zero_centered, sh);
+		__syncthreads();
+	}
+	const int g = lane >> 2, q = lane & 3;
 	for (int k = 0; k < mine; k++) {
-		mma_gemv_span<false, TERMS>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
-		                            [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
+		auto wait = [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); };
+		if (NORM)
+			mma_gemv_span_from<false, 1>(part, slots + (k % ring) * MMA_SPAN * 32, nc, wi + k * nw, 0, 1, T, lane, wait,
+			                             [&](int, int c, int) {
+				                             const u32 *r = xn + g * ldx + c * 8 + q;
+				                             return make_uint2(r[0], r[4]);
+			                             });
+		else
+			mma_gemv_span<false, TERMS>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
+			                            wait);
 		// Every lane has its fragments of the slot in registers (the mma
 		// consumed them): the slot takes the span ring spans on.
 		__syncwarp();
@@ -118,6 +229,7 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	}
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc);
+	if (sxs) mma_gemv_silu(sxs, arrive, y0, y1, out0, m, n0, ng, T, TERMS);
 }
 
 // lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
@@ -125,14 +237,17 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 // by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
 // acc: y += W·x (a decode step's o and down projections add into the
 // residual stream, so that the norm after them has no add and spreads
-// over blocks: lb_rmsnorm_terms_slices).
+// over blocks: lb_rmsnorm_terms_slices). sxs (with arrive): w0 and w1 are
+// a layer's gate and up, of equal rows, and the launch also writes their
+// SiLU product as the down projection's terms, as many terms as it reads
+// (mma_gemv_silu).
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                     int acc) {
+                     int acc, u32 *sxs, int *arrive) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
+	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive);
 }
 
 // lb_mma_gemv_bulk1: lb_mma_gemv_bulk on BF16 activations (terms written
@@ -143,10 +258,28 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                       const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                      int acc) {
+                      int acc, u32 *sxs, int *arrive) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
+	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive);
+}
+
+// lb_mma_gemv_bulk1_norm: lb_mma_gemv_bulk1 on RMSNorm(x) of up to 8
+// tokens (x [T, in] float32, gains nw [in], zero_centered: 1 + nw), which
+// each block computes itself after the wait, while its first spans land:
+// the bits of lb_rmsnorm_terms_slices's BF16 terms then lb_mma_gemv_bulk1,
+// without the norm's launch (a decode step's input and post-attention
+// norms, each of which held an 8B step for 4.8 µs: BENCHMARKS.md).
+// Dynamic shared memory: lb_mma_gemv_bulk1's (gpb 1), then T rows of
+// in/2 + 4 words.
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk1_norm(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                           const uint4 *w2, int out2, const float *x, const float *nw, float eps, int zero_centered,
+                           int T, int in, int ring, u32 *sxs, int *arrive) {
+	extern __shared__ uint4 smem[];
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	mma_gemv_bulk<1, true>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, 0, T, in, 1, ring, 0, sxs, arrive, x,
+	                       nw, eps, zero_centered);
 }
 
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
