@@ -9,12 +9,13 @@
 #
 # Five parts, all by default; ONLY names those to run ("kernels decode";
 # a full run can pass one call's ten minutes). kernels: tests (KTESTS: a
-# -test.run pattern for kernels/cuda's) and benchmarks (KBENCH=0 skips them)
+# -test.run pattern for kernels/cuda's; TEST_TIMEOUT bounds each test
+# binary, 500 s by default) and benchmarks (KBENCH=0 skips them)
 # (NCU=1 also profiles the GEMV, GEMM and attention kernels with Nsight
 # Compute; NOPDL=1 reruns the chained GPU tests and batch-1 decode without
 # programmatic dependent launch, LOWBIT_PDL=0), then the runtime's and
 # engine's GPU tests; decode: batch-1 decode and TTFT (DECODE_SIZES,
-# DECODE_ACTS); steps: the serve workload's prefill and decode steps on the
+# DECODE_ACTS, DECODE_ENVS); steps: the serve workload's prefill and decode steps on the
 # forward alone, each kernel's time profiled; serve: lowbit serve and the
 # scaled LowBArena workloads
 # (needs only the lowbit binary); torch: the transformers baselines on the
@@ -33,7 +34,7 @@ part() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 if part kernels; then
 echo "== kernels/cuda tests"
-(cd kernels/cuda && ../../.device/bin/kernels_cuda.test -test.v -test.count=1 -test.run "${KTESTS:-.}" 2>&1) >/tmp/cuda_test.log
+(cd kernels/cuda && timeout "${TEST_TIMEOUT:-500}" ../../.device/bin/kernels_cuda.test -test.v -test.count=1 -test.run "${KTESTS:-.}" 2>&1) >/tmp/cuda_test.log
 rc=$?
 cat /tmp/cuda_test.log >>"$tests"
 grep -E "^(--- FAIL|--- PASS|--- SKIP|FAIL|PASS|ok)" /tmp/cuda_test.log | tail -20
@@ -48,14 +49,14 @@ cat /tmp/torch_gemm.json | tee -a "$bench"
 fi
 
 echo "== runtime tests (the cuda backend: golden logits, batch invariance, quantized numerics; the device-resident executor)"
-(cd runtime && ../.device/bin/runtime.test -test.count=1 -test.v 2>&1) >/tmp/runtime_test.log
+(cd runtime && timeout "${TEST_TIMEOUT:-500}" ../.device/bin/runtime.test -test.count=1 -test.v 2>&1) >/tmp/runtime_test.log
 rc=$?
 cat /tmp/runtime_test.log >>"$tests"
 grep -E "^(--- FAIL|FAIL|ok|PASS)|GPU vs CPU" /tmp/runtime_test.log | tail -12
 [ $rc -eq 0 ] || { echo "FAILED: runtime tests (rc $rc)"; grep -B2 -A10 -- "--- FAIL" /tmp/runtime_test.log | head -60; status=1; }
 
 echo "== engine on the GPU"
-(cd runtime/engine && ../../.device/bin/runtime_engine.test -test.count=1 -test.v -test.run CUDA 2>&1) >/tmp/engine_test.log
+(cd runtime/engine && timeout "${TEST_TIMEOUT:-500}" ../../.device/bin/runtime_engine.test -test.count=1 -test.v -test.run CUDA 2>&1) >/tmp/engine_test.log
 rc=$?
 cat /tmp/engine_test.log >>"$tests"
 grep -E "^(--- |FAIL|ok|PASS)|GPU vs CPU" /tmp/engine_test.log | tail -10
@@ -65,10 +66,16 @@ fi
 
 if part decode; then
 echo "== batch-1 decode and TTFT on the device-resident forward (Qwen3-0.6B, Qwen3-8B shapes; DECODE_ACTS: the generated rows' activations)"
+# DECODE_ENVS: ';'-separated settings to run each under, alternating (e.g.
+# "LOWBIT_NORM_GEMV=0;" measures the unfused norms beside the default).
+IFS=';' read -ra envs <<<"${DECODE_ENVS:-}"
+[ ${#envs[@]} -gt 0 ] || envs=("")
 for act in ${DECODE_ACTS:-bf16 float32}; do
 for size in ${DECODE_SIZES:-qwen3-0.6b qwen3-8b}; do
-	echo "-- $size, $act activations" | tee -a "$bench"
-	(cd runtime && LOWBIT_ACTIVATIONS=$act LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -24
+for setting in "${envs[@]}"; do
+	echo "-- $size, $act activations${setting:+, $setting}" | tee -a "$bench"
+	(cd runtime && env $setting LOWBIT_ACTIVATIONS=$act LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -${DECODE_LINES:-24}
+done
 done
 done
 fi

@@ -134,10 +134,7 @@ func (k *K) MatMulNormSiLU(n Norm, gate, up Buf, wg, wu *Weight) (Terms, bool, e
 func (k *K) normShape(n Norm, ws []*Weight) (warps, ring, shared int) {
 	nc := (n.D + 15) / 16
 	spans := (nc + mmaSpan - 1) / mmaSpan
-	tiles := 0
-	for _, w := range ws[:min(3, len(ws))] {
-		tiles += (w.Out + 15) / 16
-	}
+	tiles := firstLaunchTiles(ws)
 	warps, ring = bulkShape(spans, tiles, k.d.SMs)
 	return warps, ring, warps*ring*mmaSpan*512 + spans*512 + n.T*(nc*8+4)*4
 }
@@ -145,7 +142,7 @@ func (k *K) normShape(n Norm, ws []*Weight) (warps, ring, shared int) {
 // normFits reports whether lb_mma_gemv_bulk1_norm runs n on ws.
 func (k *K) normFits(n Norm, ws []*Weight) bool {
 	_, _, shared := k.normShape(n, ws)
-	return k.d.Major >= 9 && n.T > 0 && n.T <= mmaNormTokens && shared <= mmaNormShared
+	return k.d.Major >= 9 && k.d.normGemv && n.T > 0 && n.T <= mmaNormTokens && shared <= mmaNormShared
 }
 
 func (k *K) gemvNorm(n Norm, ys []Buf, ws []*Weight, silu Terms) (bool, error) {
@@ -161,13 +158,14 @@ func (k *K) gemvNorm(n Norm, ys []Buf, ws []*Weight, silu Terms) (bool, error) {
 		return false, nil
 	}
 	warps, ring, shared := k.normShape(n, ws)
-	arrive, err := k.siluArrivals(silu, (ws[0].Out+15)/16*2)
+	tiles := firstLaunchTiles(ws)
+	arrive, err := k.siluArrivals(silu, tiles)
 	if err != nil {
 		return true, err
 	}
 	return true, k.gemvLaunches(ys, ws, "lb_mma_gemv_bulk1_norm", 16, 32*warps, 1, shared,
 		ptrArg(n.X.ptr), ptrArg(n.W.ptr), f32Arg(n.Eps), flagArg(n.ZeroCentered), intArg(n.T), intArg(n.D), intArg(ring),
-		ptrArg(silu.buf.ptr), ptrArg(arrive.ptr))
+		ptrArg(silu.buf.ptr), ptrArg(arrive.ptr), intArg(k.bulkPrefetch(tiles, warps)))
 }
 
 // RMSNormTerms writes RMSNorm(x) [T, D] into t (t.In = D) as

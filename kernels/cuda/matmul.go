@@ -403,10 +403,7 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int, silu Terms) (bool
 		return false, nil
 	}
 	spans := ((in+15)/16 + mmaSpan - 1) / mmaSpan
-	tiles := 0 // the first launch's row tiles (gemvLaunches: up to three weights)
-	for _, w := range ws[:min(3, len(ws))] {
-		tiles += (w.Out + 15) / 16
-	}
+	tiles := firstLaunchTiles(ws)
 	// The grid's rows of token groups as 8-warp blocks would have them
 	// (smaller blocks may only carry more groups each).
 	gpb, _ := gemvGroups(groups, spans, mmaBulkWarpsMax*mmaSpan*512)
@@ -422,7 +419,27 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int, silu Terms) (bool
 		return true, err
 	}
 	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, gridY, slots+spans*gpb*512,
-		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc), ptrArg(silu.buf.ptr), ptrArg(arrive.ptr))
+		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc), ptrArg(silu.buf.ptr), ptrArg(arrive.ptr),
+		intArg(k.bulkPrefetch(tiles*gridY, warps)))
+}
+
+// firstLaunchTiles returns the row tiles of 16 in a GEMV's first launch
+// over ws (gemvLaunches: up to three weights a launch).
+func firstLaunchTiles(ws []*Weight) int {
+	tiles := 0
+	for _, w := range ws[:min(3, len(ws))] {
+		tiles += (w.Out + 15) / 16
+	}
+	return tiles
+}
+
+// bulkPrefetch returns the spans a warp of a bulk GEMV launch of blocks
+// blocks of warps warps prefetches into L2 before its wait: the device's
+// gemvPrefetch bytes shared by the blocks that can be resident at once
+// (16 warps an SM).
+func (k *K) bulkPrefetch(blocks, warps int) int {
+	resident := min(blocks, k.d.SMs*16/warps)
+	return k.d.gemvPrefetch / max(1, resident) / (warps * mmaSpan * 512)
 }
 
 // gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t

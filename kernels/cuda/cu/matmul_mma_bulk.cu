@@ -147,19 +147,35 @@ __device__ __forceinline__ float row_sumsq256(const float *xr, int D, float *sh)
 // lb_rmsnorm_terms_slices's one-term output.
 __device__ __forceinline__ void mma_norm_rows(u32 *xn, int ldx, const float *x, const float *nw, int T, int D, int nc,
                                               float eps, int zero_centered, float *sh) {
+	// The pairs of a round: all PN loads (x from L1, just read for the
+	// sum; the gains from L2) before any store, one latency a round rather
+	// than one a pair (which held every block for about 5 µs).
+	constexpr int PN = 8;
 	for (int t = 0; t < T; t++) {
 		const float *xr = x + (i64)t * D;
 		float r = 1.0f / sqrtf(row_sumsq256(xr, D, sh) / (float)D + eps);
-		for (int p = threadIdx.x; p < nc * 8; p += blockDim.x) {
-			float v[2];
+		for (int p0 = threadIdx.x; p0 < nc * 8; p0 += PN * blockDim.x) {
+			float v[PN][2], gv[PN][2];
 #pragma unroll
-			for (int k = 0; k < 2; k++) {
-				int i = 2 * p + k;
-				v[k] = i < D ? xr[i] * r * (zero_centered ? 1.0f + nw[i] : nw[i]) : 0.0f;
+			for (int u = 0; u < PN; u++)
+#pragma unroll
+				for (int k = 0; k < 2; k++) {
+					int i = 2 * (p0 + u * blockDim.x) + k;
+					v[u][k] = i < D ? xr[i] : 0.0f;
+					gv[u][k] = i < D ? nw[i] : 0.0f;
+				}
+#pragma unroll
+			for (int u = 0; u < PN; u++) {
+				int p = p0 + u * blockDim.x;
+				if (p >= nc * 8) break;
+				float o[2];
+#pragma unroll
+				for (int k = 0; k < 2; k++)
+					o[k] = 2 * p + k < D ? v[u][k] * r * (zero_centered ? 1.0f + gv[u][k] : gv[u][k]) : 0.0f;
+				u32 b;
+				asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(b) : "f"(o[1]), "f"(o[0]));
+				xn[t * ldx + p] = b;
 			}
-			u32 b;
-			asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(b) : "f"(v[1]), "f"(v[0]));
-			xn[t * ldx + p] = b;
 		}
 	}
 }
@@ -174,7 +190,7 @@ template <int TERMS, bool NORM = false>
 __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
                                               int out0, float *y1, const uint4 *w1, int out1, float *y2,
                                               const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
-                                              int ring, int acc, u32 *sxs, int *arrive, const float *x = 0,
+                                              int ring, int acc, u32 *sxs, int *arrive, int pf, const float *x = 0,
                                               const float *gains = 0, float eps = 0.0f, int zero_centered = 0) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
@@ -196,8 +212,15 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 		for (int r = 0; r < ring; r++) mbar_init(&bar[r], 1);
 		// The weights never change: they stream in while the kernel before
 		// finishes (programmatic dependent launch); the activations only
-		// after it has.
+		// after it has. Up to pf spans past the ring go toward L2 too
+		// (cp.async.bulk.prefetch, a hint), so that a short kernel before,
+		// such as the attention, leaves HBM busy for longer than the ring
+		// takes to fill.
 		for (int k = 0; k < min(ring, mine); k++) issue(k);
+		for (int k = ring; k < min(ring + pf, mine); k++) {
+			int c0 = (wi + k * nw) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+			asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wt + (i64)c0 * 32), "r"(nch * 512) : "memory");
+		}
 	}
 	__syncwarp();
 	lb_pdl_wait();
@@ -240,14 +263,15 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 // over blocks: lb_rmsnorm_terms_slices). sxs (with arrive): w0 and w1 are
 // a layer's gate and up, of equal rows, and the launch also writes their
 // SiLU product as the down projection's terms, as many terms as it reads
-// (mma_gemv_silu).
+// (mma_gemv_silu). pf: spans a warp to prefetch into L2 before the wait,
+// past its ring.
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                     int acc, u32 *sxs, int *arrive) {
+                     int acc, u32 *sxs, int *arrive, int pf) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive);
+	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive, pf);
 }
 
 // lb_mma_gemv_bulk1: lb_mma_gemv_bulk on BF16 activations (terms written
@@ -258,10 +282,10 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                       const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                      int acc, u32 *sxs, int *arrive) {
+                      int acc, u32 *sxs, int *arrive, int pf) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive);
+	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive, pf);
 }
 
 // lb_mma_gemv_bulk1_norm: lb_mma_gemv_bulk1 on RMSNorm(x) of up to 8
@@ -275,10 +299,10 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk1_norm(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                            const uint4 *w2, int out2, const float *x, const float *nw, float eps, int zero_centered,
-                           int T, int in, int ring, u32 *sxs, int *arrive) {
+                           int T, int in, int ring, u32 *sxs, int *arrive, int pf) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1, true>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, 0, T, in, 1, ring, 0, sxs, arrive, x,
+	mma_gemv_bulk<1, true>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, 0, T, in, 1, ring, 0, sxs, arrive, pf, x,
 	                       nw, eps, zero_centered);
 }
 
