@@ -142,16 +142,12 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 // all tiled BF16: the norms and SiLU-mul write the matmuls' inputs as mma
 // terms directly (no separate split launch): they compute the float32
 // values layersFloat's kernels write and split them as lb_mma_split does.
-// A decode step of a few tokens on BF16 activations fuses more, with the
-// same bits: the GEMVs after the two norms normalize their input
-// themselves (MatMulNorm), the gate and up GEMV writes the SiLU product's
-// terms (MatMulNormSiLU, MatMulSiLUTerms), and the o and down projections
-// add into the residual stream (MatMulTermsAdd).
 func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float32) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	x, h := a.x.F32(0, T*d.hidden), a.h.F32(0, T*d.hidden)
 	q, kk, v := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd)
+	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
 	// Size the shared terms buffer for the widest input first, so that no
 	// later TermsFor reallocates it under a Terms still in use.
 	if _, err := k.TermsFor(T, max(d.hidden, qd, d.inter)); err != nil {
@@ -164,49 +160,47 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		}
 		return t, err
 	}
-	// norm writes RMSNorm(x + h) into the terms, or, where nothing waits
-	// in h (the projection before added into x already, or the first
-	// layer), RMSNorm(x) over more blocks.
-	norm := func(pendingH bool, w cuda.Buf) (cuda.Terms, error) {
+	t, err := terms(d.hidden, func(t cuda.Terms) error {
+		return k.AddRMSNormTerms(x, cuda.Buf{}, t, e.layers[0].inputNorm, d.hidden, d.eps, false)
+	})
+	if err != nil {
+		return err
+	}
+	// norm writes RMSNorm(x + h) into the terms, or, where the projection
+	// before added into x already (added), RMSNorm(x) over more blocks.
+	norm := func(added bool, w cuda.Buf) (cuda.Terms, error) {
 		return terms(d.hidden, func(t cuda.Terms) error {
-			if pendingH {
-				return k.AddRMSNormTerms(x, h, t, w, d.hidden, d.eps, false)
+			if added {
+				return k.RMSNormTerms(x, t, w, d.hidden, d.eps, false)
 			}
-			return k.RMSNormTerms(x, t, w, d.hidden, d.eps, false)
+			return k.AddRMSNormTerms(x, h, t, w, d.hidden, d.eps, false)
 		})
 	}
-	// fusable: the norm of x with gains w, for a GEMV that computes it
-	// itself (BF16 activations, nothing waiting in h).
-	fusable := func(pendingH bool, w cuda.Buf) (cuda.Norm, bool) {
-		return cuda.Norm{X: x, W: w, T: T, D: d.hidden, Eps: d.eps}, e.decodeBF16 && !pendingH
-	}
-	pendingH := false // whether h holds a projection's output not yet added into x
 	for i := range e.layers {
 		dl := &e.layers[i]
-		qkv, wqkv := []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}
-		fused := false
-		if n, ok := fusable(pendingH, dl.inputNorm); ok {
-			var err error
-			if fused, err = k.MatMulNorm(n, qkv, wqkv); err != nil {
-				return err
-			}
-		}
-		if !fused {
-			t, err := norm(pendingH, dl.inputNorm)
-			if err != nil {
-				return err
-			}
-			if err := k.MatMulTerms(t, qkv, wqkv); err != nil {
-				return err
-			}
+		if err := k.MatMulTerms(t, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
+			return err
 		}
 		added, err := e.attention(k, dl, T, bt, scale, true)
 		if err != nil {
 			return err
 		}
-		td, err := e.gateUp(k, T, !added, dl, norm, fusable)
+		if t, err = norm(added, dl.postNorm); err != nil {
+			return err
+		}
+		// A decode step's gate and up launch writes the SiLU product's
+		// terms itself; larger batches run SiLUMulTerms after.
+		td, fused, err := k.MatMulSiLUTerms(t, g, u, dl.gate, dl.up)
 		if err != nil {
 			return err
+		}
+		if !fused {
+			if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
+				return err
+			}
+			if td, err = terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) }); err != nil {
+				return err
+			}
 		}
 		if added, err = k.MatMulTermsAdd(td, x, dl.down); err != nil {
 			return err
@@ -216,39 +210,15 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 				return err
 			}
 		}
-		pendingH = !added
-	}
-	if pendingH {
-		return k.Add(x, x, h, T*d.hidden)
-	}
-	return nil
-}
-
-// gateUp runs a layer's post-attention norm, gate and up projections and
-// SiLU product, fused as far as the step allows, and returns the down
-// projection's input terms.
-func (e *CUDAExecutor) gateUp(k *cuda.K, T int, pendingH bool, dl *cudaLayer,
-	norm func(bool, cuda.Buf) (cuda.Terms, error), fusable func(bool, cuda.Buf) (cuda.Norm, bool)) (cuda.Terms, error) {
-	d, a := e.m.d, &e.act
-	g, u := a.gate.F32(0, T*d.inter), a.up.F32(0, T*d.inter)
-	if n, ok := fusable(pendingH, dl.postNorm); ok {
-		if td, fused, err := k.MatMulNormSiLU(n, g, u, dl.gate, dl.up); fused || err != nil {
-			return td, err
+		if i+1 == len(e.layers) {
+			if added {
+				return nil
+			}
+			return k.Add(x, x, h, T*d.hidden)
+		}
+		if t, err = norm(added, e.layers[i+1].inputNorm); err != nil {
+			return err
 		}
 	}
-	t, err := norm(pendingH, dl.postNorm)
-	if err != nil {
-		return cuda.Terms{}, err
-	}
-	if td, fused, err := k.MatMulSiLUTerms(t, g, u, dl.gate, dl.up); fused || err != nil {
-		return td, err
-	}
-	if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
-		return cuda.Terms{}, err
-	}
-	td, err := e.termsFor(k, T, d.inter)
-	if err == nil {
-		err = k.SiLUMulTerms(td, g, u, d.inter)
-	}
-	return td, err
+	return nil
 }

@@ -68,19 +68,3 @@ func TestCompileError(t *testing.T) {
 		t.Errorf("compile error = %v, want NVRTC's log naming undeclared_name", err)
 	}
 }
-
-// TestOpenBadPrefetch: a LOWBIT_GEMV_PREFETCH that is not a size in MiB
-// is an error that names it, before any device is touched (so this runs
-// without a GPU too).
-func TestOpenBadPrefetch(t *testing.T) {
-	for _, v := range []string{"lots", "-1", "1.5", "9999"} {
-		t.Setenv("LOWBIT_GEMV_PREFETCH", v)
-		d, err := Open(Options{})
-		if err == nil {
-			d.Close()
-			t.Errorf("LOWBIT_GEMV_PREFETCH=%s: no error", v)
-		} else if !strings.Contains(err.Error(), "LOWBIT_GEMV_PREFETCH") {
-			t.Errorf("LOWBIT_GEMV_PREFETCH=%s: %v", v, err)
-		}
-	}
-}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"unsafe"
 )
@@ -63,16 +62,13 @@ type Device struct {
 	// (Qwen3-8B) and from 1.18 to 1.00 ms (Qwen3-0.6B): the next kernel's
 	// blocks are resident when the one before ends.
 	pdl bool
-	// gemvPrefetch: bytes of weights the bulk GEMVs' resident blocks
-	// prefetch into L2 before their wait, past their rings
-	// (LOWBIT_GEMV_PREFETCH in MiB, default 24: well inside the H200's
-	// 50 MB of L2; 0: none).
-	gemvPrefetch int
-	// normGemv: the decode GEMVs may normalize their own input
-	// (MatMulNorm), unless LOWBIT_NORM_GEMV=0 (for measuring the unfused
-	// path beside it).
-	normGemv bool
-	trace    *tracer // the timeline, with LOWBIT_TRACE=1 (trace.go)
+	// siluGemv: a decode step's gate and up GEMV writes the SiLU
+	// product's terms (MatMulSiLUTerms), unless LOWBIT_SILU_GEMV=0;
+	// attnEarly: the decode attention copies its older cache rows before
+	// it waits, unless LOWBIT_ATTN_EARLY=0. Both for measuring beside the
+	// plain path.
+	siluGemv, attnEarly bool
+	trace               *tracer // the timeline, with LOWBIT_TRACE=1 (trace.go)
 	// gen counts reallocations of the persistent buffers, which captured
 	// graphs refer to by address: a graph of an older generation is stale.
 	gen int
@@ -91,14 +87,6 @@ var openMu sync.Mutex
 // the kernels (compiling them on a cold cache). It returns an error
 // wrapping ErrNoDevice where CUDA cannot run.
 func Open(opts Options) (*Device, error) {
-	prefetch := 24 << 20
-	if v := os.Getenv("LOWBIT_GEMV_PREFETCH"); v != "" {
-		mib, err := strconv.Atoi(v)
-		if err != nil || mib < 0 || mib > 1<<12 {
-			return nil, fmt.Errorf("cuda: LOWBIT_GEMV_PREFETCH=%q: want MiB, a whole number from 0 to 4096", v)
-		}
-		prefetch = mib << 20
-	}
 	openMu.Lock()
 	defer openMu.Unlock()
 	var errbuf [512]C.char
@@ -188,7 +176,7 @@ func Open(opts Options) (*Device, error) {
 	}
 	d.Compile = info
 	d.pdl = os.Getenv("LOWBIT_PDL") != "0" && d.Major >= 9 && C.lb_cu_has_launch_ex() != 0
-	d.gemvPrefetch, d.normGemv = prefetch, os.Getenv("LOWBIT_NORM_GEMV") != "0"
+	d.siluGemv, d.attnEarly = os.Getenv("LOWBIT_SILU_GEMV") != "0", os.Getenv("LOWBIT_ATTN_EARLY") != "0"
 	if err := check("cuModuleLoadData", C.lb_cuModuleLoadData(&d.mod, unsafe.Pointer(unsafe.SliceData(cubin)))); err != nil {
 		C.lb_cuDevicePrimaryCtxRelease(d.dev)
 		return nil, err

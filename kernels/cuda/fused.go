@@ -6,9 +6,8 @@ import "fmt"
 
 // The decode step's fused GEMVs (matmul_mma_bulk.cu): a step of a few
 // tokens is bound by its weights' bytes and by its chain of small
-// launches, so the bulk GEMV takes over the work around it (the norm
-// before, the residual add and the SiLU product after), each with the bits
-// of the unfused kernels. Each reports false, and does nothing, where
+// launches, so the bulk GEMV takes over the work after it (the residual
+// add, the SiLU product), each with the bits of the unfused kernels. Each reports false, and does nothing, where
 // another GEMV kernel would run; the runtime then takes the unfused path.
 
 // MatMulTermsAdd is y += w·x for the terms t of x, where MatMulTerms would
@@ -30,13 +29,13 @@ func (k *K) MatMulTermsAdd(t Terms, y Buf, w *Weight) (bool, error) {
 // does, and where lb_mma_gemv_bulk runs (a decode step of a few tokens)
 // also writes silu(gate)·up, the down projection's input, as terms: the
 // bits of SiLUMulTerms, without its launch. Those terms have a buffer of
-// their own, valid until the next MatMulSiLUTerms or MatMulNormSiLU. It
-// reports false, and does nothing, where another kernel would run.
+// their own, valid until the next MatMulSiLUTerms. It reports false, and
+// does nothing, where another kernel would run.
 func (k *K) MatMulSiLUTerms(t Terms, gate, up Buf, wg, wu *Weight) (Terms, bool, error) {
 	if err := checkGateUp(t.In, wg, wu); err != nil {
 		return Terms{}, false, err
 	}
-	if t.T == 0 || t.T > mmaGemvTokens || t.nt == 1 && t.T >= mmaTiles1From {
+	if !k.d.siluGemv || t.T == 0 || t.T > mmaGemvTokens || t.nt == 1 && t.T >= mmaTiles1From {
 		return Terms{}, false, nil
 	}
 	silu, err := k.siluTerms(t.T, wg.Out, t.nt)
@@ -77,95 +76,6 @@ func (k *K) siluArrivals(silu Terms, n int) (Buf, error) {
 		return Buf{}, nil
 	}
 	return k.d.persistentZeroed("gemv_arrivals", 4*n)
-}
-
-// Norm is the RMSNorm a fused GEMV applies to its own input (MatMulNorm):
-// X holds T rows of D float32s, normalized as RMSNormTerms does, with
-// gains W (1 + W when ZeroCentered).
-type Norm struct {
-	X, W         Buf
-	T, D         int
-	Eps          float32
-	ZeroCentered bool
-}
-
-// lb_mma_gemv_bulk1_norm takes up to mmaNormTokens tokens, and at most
-// mmaNormShared bytes of shared memory a block (its spans, sums and input
-// rows), so that two blocks of 8 warps still share an SM: four rows of a
-// Qwen3-8B-wide input fit.
-const (
-	mmaNormTokens = 4
-	mmaNormShared = 112 << 10
-)
-
-// MatMulNorm runs tiled weights ws on RMSNorm(n.X) taken as BF16
-// activations, with the bits of RMSNormTerms into BF16 terms then
-// MatMulTerms, where each block of lb_mma_gemv_bulk1_norm normalizes the
-// rows itself: the norm has no launch of its own (a decode step's input
-// and post-attention norms). It reports false, and does nothing, unless on
-// sm_90 with up to mmaNormTokens tokens.
-func (k *K) MatMulNorm(n Norm, ys []Buf, ws []*Weight) (bool, error) {
-	if len(ys) != len(ws) {
-		return false, fmt.Errorf("cuda: MatMulNorm of %d outputs and %d weights", len(ys), len(ws))
-	}
-	return k.gemvNorm(n, ys, ws, Terms{})
-}
-
-// MatMulNormSiLU is MatMulNorm for a layer's gate and up weights that also
-// writes silu(gate)·up, the down projection's input, as BF16 terms, as
-// MatMulSiLUTerms does.
-func (k *K) MatMulNormSiLU(n Norm, gate, up Buf, wg, wu *Weight) (Terms, bool, error) {
-	if err := checkGateUp(n.D, wg, wu); err != nil {
-		return Terms{}, false, err
-	}
-	if !k.normFits(n, []*Weight{wg, wu}) {
-		return Terms{}, false, nil
-	}
-	silu, err := k.siluTerms(n.T, wg.Out, 1)
-	if err != nil {
-		return Terms{}, false, err
-	}
-	ok, err := k.gemvNorm(n, []Buf{gate, up}, []*Weight{wg, wu}, silu)
-	return silu, ok, err
-}
-
-// normShape returns lb_mma_gemv_bulk1_norm's warps a block, ring and
-// shared memory for n on weights ws (the first launch's).
-func (k *K) normShape(n Norm, ws []*Weight) (warps, ring, shared int) {
-	nc := (n.D + 15) / 16
-	spans := (nc + mmaSpan - 1) / mmaSpan
-	tiles := firstLaunchTiles(ws)
-	warps, ring = bulkShape(spans, tiles, k.d.SMs)
-	return warps, ring, warps*ring*mmaSpan*512 + spans*512 + n.T*(nc*8+4)*4
-}
-
-// normFits reports whether lb_mma_gemv_bulk1_norm runs n on ws.
-func (k *K) normFits(n Norm, ws []*Weight) bool {
-	_, _, shared := k.normShape(n, ws)
-	return k.d.Major >= 9 && k.d.normGemv && n.T > 0 && n.T <= mmaNormTokens && shared <= mmaNormShared
-}
-
-func (k *K) gemvNorm(n Norm, ys []Buf, ws []*Weight, silu Terms) (bool, error) {
-	for _, w := range ws {
-		if !w.Tiled || w.In != n.D {
-			return false, fmt.Errorf("cuda: MatMulNorm: a %dx%d weight (tiled %v) on rows of width %d", w.Out, w.In, w.Tiled, n.D)
-		}
-	}
-	if n.X.Bytes() < 4*n.T*n.D || n.W.Bytes() < 4*n.D {
-		return false, fmt.Errorf("cuda: MatMulNorm of %d rows of %d: x of %d bytes, gains of %d", n.T, n.D, n.X.Bytes(), n.W.Bytes())
-	}
-	if len(ws) == 0 || !k.normFits(n, ws) {
-		return false, nil
-	}
-	warps, ring, shared := k.normShape(n, ws)
-	tiles := firstLaunchTiles(ws)
-	arrive, err := k.siluArrivals(silu, tiles)
-	if err != nil {
-		return true, err
-	}
-	return true, k.gemvLaunches(ys, ws, "lb_mma_gemv_bulk1_norm", 16, 32*warps, 1, shared,
-		ptrArg(n.X.ptr), ptrArg(n.W.ptr), f32Arg(n.Eps), flagArg(n.ZeroCentered), intArg(n.T), intArg(n.D), intArg(ring),
-		ptrArg(silu.buf.ptr), ptrArg(arrive.ptr), intArg(k.bulkPrefetch(tiles, warps)))
 }
 
 // RMSNormTerms writes RMSNorm(x) [T, D] into t (t.In = D) as

@@ -419,8 +419,7 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int, silu Terms) (bool
 		return true, err
 	}
 	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, gridY, slots+spans*gpb*512,
-		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc), ptrArg(silu.buf.ptr), ptrArg(arrive.ptr),
-		intArg(k.bulkPrefetch(tiles*gridY, warps)))
+		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc), ptrArg(silu.buf.ptr), ptrArg(arrive.ptr))
 }
 
 // firstLaunchTiles returns the row tiles of 16 in a GEMV's first launch
@@ -431,15 +430,6 @@ func firstLaunchTiles(ws []*Weight) int {
 		tiles += (w.Out + 15) / 16
 	}
 	return tiles
-}
-
-// bulkPrefetch returns the spans a warp of a bulk GEMV launch of blocks
-// blocks of warps warps prefetches into L2 before its wait: the device's
-// gemvPrefetch bytes shared by the blocks that can be resident at once
-// (16 warps an SM).
-func (k *K) bulkPrefetch(blocks, warps int) int {
-	resident := min(blocks, k.d.SMs*16/warps)
-	return k.d.gemvPrefetch / max(1, resident) / (warps * mmaSpan * 512)
 }
 
 // gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t

@@ -149,13 +149,13 @@ __device__ __forceinline__ void mma_pick(int *m, int rows, float **y, const uint
 // loads of the span issued at once (one latency, not one a chunk; the
 // first group's before wait(), which returns once the slot's tiles have
 // landed), then the span's 48 mma; TERMS 1 loads and multiplies hi alone
-// (16 of each). load(n, c, j) gives this lane's B fragment of token group
-// n, column chunk c and term j (mma_gemv_span: from the terms xs).
-template <bool HOLD = true, int TERMS = 3, typename Wait, typename Load>
-__device__ __forceinline__ void mma_gemv_span_from(float *part, const uint4 *slot, int nc, int s, int n0, int ng,
-                                                   int T, int lane, Wait wait, Load load) {
+// (16 of each).
+template <bool HOLD = true, int TERMS = 3, typename Wait>
+__device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, const uint2 *xs, int nc, int s, int n0,
+                                              int ng, int T, int lane, Wait wait) {
 	int g = lane >> 2, q = lane & 3, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
 	for (int n = 0; n < ng; n++) {
+		const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
 		// Lane 4g + q carries token 8(n0 + n) + g: past T it reads
 		// nothing and multiplies zeros, which reach only that token's
 		// unstored column (a decode step's single token leaves 28 of
@@ -170,7 +170,7 @@ __device__ __forceinline__ void mma_gemv_span_from(float *part, const uint4 *slo
 #pragma unroll
 				for (int j = 0; j < TERMS; j++) {
 					b[i][j].x = b[i][j].y = 0u;
-					if (live) b[i][j] = load(n0 + n, c0 + i, j);
+					if (live) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
 				}
 		if (n == 0) wait();
 		float acc[4];
@@ -179,13 +179,6 @@ __device__ __forceinline__ void mma_gemv_span_from(float *part, const uint4 *slo
 #pragma unroll
 		for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];
 	}
-}
-
-template <bool HOLD = true, int TERMS = 3, typename Wait>
-__device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, const uint2 *xs, int nc, int s, int n0,
-                                              int ng, int T, int lane, Wait wait) {
-	mma_gemv_span_from<HOLD, TERMS>(part, slot, nc, s, n0, ng, T, lane, wait,
-	                                [&](int n, int c, int j) { return __ldg(xs + (((i64)n * nc + c) * 3 + j) * 32 + lane); });
 }
 
 // mma_gemv_add writes y for row tile m and ng token groups from n0: each

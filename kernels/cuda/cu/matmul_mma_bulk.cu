@@ -109,89 +109,14 @@ __device__ __forceinline__ void mma_gemv_silu(u32 *sxs, int *arrive, const float
 	}
 }
 
-// row_sumsq256 returns Σ xr[i]² over a row of D floats summed as a block of
-// 256 threads sums it in lb_rmsnorm_terms_slices and lb_add_rmsnorm_terms
-// (thread v: i = v, v + 256, ... in order; then block_sum), bit for bit,
-// on a block of any whole number of warps up to 8: warp w plays the
-// 256-thread block's warps w, w + nw, .... sh holds 8 floats.
-__device__ __forceinline__ float row_sumsq256(const float *xr, int D, float *sh) {
-	constexpr int RN = 16;
-	int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-	for (int vw = threadIdx.x >> 5; vw < 8; vw += nw) {
-		float s = 0.0f;
-		for (int i0 = 32 * vw + lane; i0 < D; i0 += RN * 256) {
-			float v[RN];
-#pragma unroll
-			for (int u = 0; u < RN; u++) {
-				int i = i0 + u * 256;
-				v[u] = i < D ? xr[i] : 0.0f;
-			}
-#pragma unroll
-			for (int u = 0; u < RN; u++) {
-				if (i0 + u * 256 >= D) break;
-				s += v[u] * v[u];
-			}
-		}
-		s = warp_sum(s);
-		if (lane == 0) sh[vw] = s;
-	}
-	__syncthreads();
-	float s = warp_sum(lane < 8 ? sh[lane] : 0.0f);
-	__syncthreads(); // sh is free for the next row
-	return s;
-}
-
-// mma_norm_rows writes RMSNorm(x) of T rows of D floats (gains g = nw or
-// 1 + nw: zero_centered) as BF16 pairs into xn, row t at xn + t·ldx (u32),
-// nc·8 pairs a row (zeros past D): the values, and the BF16 rounding, of
-// lb_rmsnorm_terms_slices's one-term output.
-__device__ __forceinline__ void mma_norm_rows(u32 *xn, int ldx, const float *x, const float *nw, int T, int D, int nc,
-                                              float eps, int zero_centered, float *sh) {
-	// The pairs of a round: all PN loads (x from L1, just read for the
-	// sum; the gains from L2) before any store, one latency a round rather
-	// than one a pair (which held every block for about 5 µs).
-	constexpr int PN = 8;
-	for (int t = 0; t < T; t++) {
-		const float *xr = x + (i64)t * D;
-		float r = 1.0f / sqrtf(row_sumsq256(xr, D, sh) / (float)D + eps);
-		for (int p0 = threadIdx.x; p0 < nc * 8; p0 += PN * blockDim.x) {
-			float v[PN][2], gv[PN][2];
-#pragma unroll
-			for (int u = 0; u < PN; u++)
-#pragma unroll
-				for (int k = 0; k < 2; k++) {
-					int i = 2 * (p0 + u * blockDim.x) + k;
-					v[u][k] = i < D ? xr[i] : 0.0f;
-					gv[u][k] = i < D ? nw[i] : 0.0f;
-				}
-#pragma unroll
-			for (int u = 0; u < PN; u++) {
-				int p = p0 + u * blockDim.x;
-				if (p >= nc * 8) break;
-				float o[2];
-#pragma unroll
-				for (int k = 0; k < 2; k++)
-					o[k] = 2 * p + k < D ? v[u][k] * r * (zero_centered ? 1.0f + gv[u][k] : gv[u][k]) : 0.0f;
-				u32 b;
-				asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(b) : "f"(o[1]), "f"(o[0]));
-				xn[t * ldx + p] = b;
-			}
-		}
-	}
-}
-
 // mma_gemv_bulk is lb_mma_gemv_bulk's body on TERMS terms of the
 // activations (3, or 1: hi alone, lb_mma_gemv_bulk1), with the block's
 // dynamic shared memory smem and its mbarriers bars.
-// NORM (lb_mma_gemv_bulk1_norm): no terms; the block computes its input,
-// RMSNorm(x) with gains, itself (mma_norm_rows) into shared memory
-// after the spans' sums, one group of up to 8 tokens.
-template <int TERMS, bool NORM = false>
+template <int TERMS>
 __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
                                               int out0, float *y1, const uint4 *w1, int out1, float *y2,
                                               const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
-                                              int ring, int acc, u32 *sxs, int *arrive, int pf, const float *x = 0,
-                                              const float *gains = 0, float eps = 0.0f, int zero_centered = 0) {
+                                              int ring, int acc, u32 *sxs, int *arrive) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
@@ -212,39 +137,14 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 		for (int r = 0; r < ring; r++) mbar_init(&bar[r], 1);
 		// The weights never change: they stream in while the kernel before
 		// finishes (programmatic dependent launch); the activations only
-		// after it has. Up to pf spans past the ring go toward L2 too
-		// (cp.async.bulk.prefetch, a hint), so that a short kernel before,
-		// such as the attention, leaves HBM busy for longer than the ring
-		// takes to fill.
+		// after it has.
 		for (int k = 0; k < min(ring, mine); k++) issue(k);
-		for (int k = ring; k < min(ring + pf, mine); k++) {
-			int c0 = (wi + k * nw) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
-			asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wt + (i64)c0 * 32), "r"(nch * 512) : "memory");
-		}
 	}
 	__syncwarp();
 	lb_pdl_wait();
-	// NORM: row t of the input as BF16 pairs at xn + t·ldx (padded by 4
-	// words, so that the 8 tokens' lanes read 32 banks).
-	const int ldx = nc * 8 + 4;
-	u32 *xn = (u32 *)(part + spans * gpb * 128);
-	if (NORM) {
-		__shared__ float sh[8];
-		mma_norm_rows(xn, ldx, x, gains, T, in, nc, eps, zero_centered, sh);
-		__syncthreads();
-	}
-	const int g = lane >> 2, q = lane & 3;
 	for (int k = 0; k < mine; k++) {
-		auto wait = [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); };
-		if (NORM)
-			mma_gemv_span_from<false, 1>(part, slots + (k % ring) * MMA_SPAN * 32, nc, wi + k * nw, 0, 1, T, lane, wait,
-			                             [&](int, int c, int) {
-				                             const u32 *r = xn + g * ldx + c * 8 + q;
-				                             return make_uint2(r[0], r[4]);
-			                             });
-		else
-			mma_gemv_span<false, TERMS>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
-			                            wait);
+		mma_gemv_span<false, TERMS>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
+		                            [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
 		// Every lane has its fragments of the slot in registers (the mma
 		// consumed them): the slot takes the span ring spans on.
 		__syncwarp();
@@ -263,15 +163,14 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 // over blocks: lb_rmsnorm_terms_slices). sxs (with arrive): w0 and w1 are
 // a layer's gate and up, of equal rows, and the launch also writes their
 // SiLU product as the down projection's terms, as many terms as it reads
-// (mma_gemv_silu). pf: spans a warp to prefetch into L2 before the wait,
-// past its ring.
+// (mma_gemv_silu).
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                     int acc, u32 *sxs, int *arrive, int pf) {
+                     int acc, u32 *sxs, int *arrive) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive, pf);
+	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive);
 }
 
 // lb_mma_gemv_bulk1: lb_mma_gemv_bulk on BF16 activations (terms written
@@ -282,28 +181,10 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                       const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                      int acc, u32 *sxs, int *arrive, int pf) {
+                      int acc, u32 *sxs, int *arrive) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive, pf);
-}
-
-// lb_mma_gemv_bulk1_norm: lb_mma_gemv_bulk1 on RMSNorm(x) of up to 8
-// tokens (x [T, in] float32, gains nw [in], zero_centered: 1 + nw), which
-// each block computes itself after the wait, while its first spans land:
-// the bits of lb_rmsnorm_terms_slices's BF16 terms then lb_mma_gemv_bulk1,
-// without the norm's launch (a decode step's input and post-attention
-// norms, each of which held an 8B step for 4.8 µs: BENCHMARKS.md).
-// Dynamic shared memory: lb_mma_gemv_bulk1's (gpb 1), then T rows of
-// in/2 + 4 words.
-extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
-    lb_mma_gemv_bulk1_norm(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
-                           const uint4 *w2, int out2, const float *x, const float *nw, float eps, int zero_centered,
-                           int T, int in, int ring, u32 *sxs, int *arrive, int pf) {
-	extern __shared__ uint4 smem[];
-	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1, true>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, 0, T, in, 1, ring, 0, sxs, arrive, pf, x,
-	                       nw, eps, zero_centered);
+	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive);
 }
 
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
