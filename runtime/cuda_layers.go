@@ -33,23 +33,10 @@ func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride int, plan cuda.AttentionP
 	if err := k.GatherRows(hr, x, a.rowsIdx, rows, d.hidden); err != nil {
 		return err
 	}
-	logits := []cuda.Buf{a.logits.F32(0, rows*d.vocab)}
-	if e.lmHead.Tiled {
-		// The norm writes the head's input terms over several blocks a row
-		// (the bits of RMSNorm then the split, without a block a row).
-		t, err := e.termsFor(k, rows, d.hidden)
-		if err == nil {
-			err = k.RMSNormTerms(hr, t, e.norm, d.hidden, d.eps, false)
-		}
-		if err != nil {
-			return err
-		}
-		return k.MatMulTerms(t, logits, []*cuda.Weight{e.lmHead})
-	}
 	if err := k.RMSNorm(hr, hr, e.norm, rows, d.hidden, d.eps, false); err != nil {
 		return err
 	}
-	return e.matmulShared(k, hr, rows, logits, []*cuda.Weight{e.lmHead})
+	return e.matmulShared(k, hr, rows, []cuda.Buf{a.logits.F32(0, rows*d.vocab)}, []*cuda.Weight{e.lmHead})
 }
 
 // layersFloat runs the decoder layers with float32 matmul inputs (any
@@ -188,19 +175,12 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if t, err = norm(added, dl.postNorm); err != nil {
 			return err
 		}
-		// A decode step's gate and up launch writes the SiLU product's
-		// terms itself; larger batches run SiLUMulTerms after.
-		td, fused, err := k.MatMulSiLUTerms(t, g, u, dl.gate, dl.up)
-		if err != nil {
+		if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
 			return err
 		}
-		if !fused {
-			if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
-				return err
-			}
-			if td, err = terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) }); err != nil {
-				return err
-			}
+		td, err := terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) })
+		if err != nil {
+			return err
 		}
 		if added, err = k.MatMulTermsAdd(td, x, dl.down); err != nil {
 			return err

@@ -480,7 +480,7 @@ func (k *K) flashSplit(out, q, parts Buf, p *KVPool, b *Batch, H int, scale, vsc
 			intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr),
 			ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale),
 			ptrArg(out.ptr), ptrArg(arrive.Slice(4*(r.first-pl.Whole)*p.KVHeads, arrive.bytes).ptr), ptrArg(xs.ptr), intArg(nc), intArg(nt),
-			f32Arg(vscale), flagArg(k.d.attnEarly)); err != nil {
+			f32Arg(vscale)); err != nil {
 			return err
 		}
 	}

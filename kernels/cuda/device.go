@@ -61,14 +61,8 @@ type Device struct {
 	// H200 it took a batch-1 decode step's device time from 4.90 to 4.80 ms
 	// (Qwen3-8B) and from 1.18 to 1.00 ms (Qwen3-0.6B): the next kernel's
 	// blocks are resident when the one before ends.
-	pdl bool
-	// siluGemv: a decode step's gate and up GEMV writes the SiLU
-	// product's terms (MatMulSiLUTerms), unless LOWBIT_SILU_GEMV=0;
-	// attnEarly: the decode attention copies its older cache rows before
-	// it waits, unless LOWBIT_ATTN_EARLY=0. Both for measuring beside the
-	// plain path.
-	siluGemv, attnEarly bool
-	trace               *tracer // the timeline, with LOWBIT_TRACE=1 (trace.go)
+	pdl   bool
+	trace *tracer // the timeline, with LOWBIT_TRACE=1 (trace.go)
 	// gen counts reallocations of the persistent buffers, which captured
 	// graphs refer to by address: a graph of an older generation is stale.
 	gen int
@@ -176,7 +170,6 @@ func Open(opts Options) (*Device, error) {
 	}
 	d.Compile = info
 	d.pdl = os.Getenv("LOWBIT_PDL") != "0" && d.Major >= 9 && C.lb_cu_has_launch_ex() != 0
-	d.siluGemv, d.attnEarly = os.Getenv("LOWBIT_SILU_GEMV") != "0", os.Getenv("LOWBIT_ATTN_EARLY") != "0"
 	if err := check("cuModuleLoadData", C.lb_cuModuleLoadData(&d.mod, unsafe.Pointer(unsafe.SliceData(cubin)))); err != nil {
 		C.lb_cuDevicePrimaryCtxRelease(d.dev)
 		return nil, err

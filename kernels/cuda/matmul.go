@@ -365,7 +365,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if ok, err := k.gemvTiles1(t, ys, ws); ok {
 		return err
 	}
-	if ok, err := k.gemvBulk(t, ys, ws, 0, Terms{}); ok {
+	if ok, err := k.gemvBulk(t, ys, ws, 0); ok {
 		return err
 	}
 	if k.useWide(T, spans) {
@@ -387,10 +387,8 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 // gemvBulk launches lb_mma_gemv_bulk (or, on BF16 terms,
 // lb_mma_gemv_bulk1) for the terms t over the tiled weights ws, and
 // reports whether it could: on sm_90, up to 8·mmaBulkGroups tokens (BF16:
-// 8·mmaBulk1Groups), with room in shared memory. With a silu buffer
-// (ws a gate and an up weight), the launch also writes silu(gate)·up into
-// it as terms (mma_gemv_silu).
-func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int, silu Terms) (bool, error) {
+// 8·mmaBulk1Groups), with room in shared memory.
+func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int) (bool, error) {
 	xs, T, in := t.buf, t.T, t.In
 	groups := (T + 7) / 8
 	name := "lb_mma_gemv_bulk"
@@ -403,7 +401,10 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int, silu Terms) (bool
 		return false, nil
 	}
 	spans := ((in+15)/16 + mmaSpan - 1) / mmaSpan
-	tiles := firstLaunchTiles(ws)
+	tiles := 0 // the first launch's row tiles (gemvLaunches: up to three weights)
+	for _, w := range ws[:min(3, len(ws))] {
+		tiles += (w.Out + 15) / 16
+	}
 	// The grid's rows of token groups as 8-warp blocks would have them
 	// (smaller blocks may only carry more groups each).
 	gpb, _ := gemvGroups(groups, spans, mmaBulkWarpsMax*mmaSpan*512)
@@ -413,23 +414,36 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int, silu Terms) (bool
 	if !ok {
 		return false, nil
 	}
-	gridY := (groups + gpb - 1) / gpb
-	arrive, err := k.siluArrivals(silu, tiles*gridY)
-	if err != nil {
-		return true, err
-	}
-	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, gridY, slots+spans*gpb*512,
-		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc), ptrArg(silu.buf.ptr), ptrArg(arrive.ptr))
+	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
+		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc))
 }
 
-// firstLaunchTiles returns the row tiles of 16 in a GEMV's first launch
-// over ws (gemvLaunches: up to three weights a launch).
-func firstLaunchTiles(ws []*Weight) int {
-	tiles := 0
-	for _, w := range ws[:min(3, len(ws))] {
-		tiles += (w.Out + 15) / 16
+// MatMulTermsAdd is y += w·x for the terms t of x, where MatMulTerms would
+// run lb_mma_gemv_bulk or _bulk1 (a decode step of a few tokens): the
+// float32 sum each output gets is MatMulTerms's, added to y once, the bits
+// of MatMulTerms then Add. It reports false, and does nothing, where
+// another kernel would run.
+func (k *K) MatMulTermsAdd(t Terms, y Buf, w *Weight) (bool, error) {
+	if !w.Tiled || w.In != t.In {
+		return false, fmt.Errorf("cuda: MatMulTermsAdd: a %dx%d weight (tiled %v) on terms of width %d", w.Out, w.In, w.Tiled, t.In)
 	}
-	return tiles
+	if t.T == 0 || t.T > mmaGemvTokens || t.nt == 1 && t.T >= mmaTiles1From {
+		return false, nil
+	}
+	return k.gemvBulk(t, []Buf{y}, []*Weight{w}, 1)
+}
+
+// RMSNormTerms writes RMSNorm(x) [T, D] into t (t.In = D) as
+// AddRMSNormTerms without h does, bit for bit, each row spread over
+// ⌈D / 512⌉ blocks (lb_rmsnorm_terms_slices): for decode steps, whose few
+// rows would otherwise run on as many SMs.
+func (k *K) RMSNormTerms(x Buf, t Terms, w Buf, D int, eps float32, zeroCentered bool) error {
+	if t.In != D {
+		return fmt.Errorf("cuda: RMSNormTerms of width %d into terms of %d", D, t.In)
+	}
+	nc := (D + 15) / 16
+	return k.d.launch("lb_rmsnorm_terms_slices", [3]int{t.T, (nc*8 + 255) / 256, 1}, [3]int{256, 1, 1}, 0,
+		ptrArg(x.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered), intArg(nc), intArg(t.nt))
 }
 
 // gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t

@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -82,110 +81,23 @@ func TestResidualInGemv(t *testing.T) {
 				}
 				return download(tm.buf.Slice(0, tm.groups*((c.out+15)/16)*3*32*8))
 			}
-			compareTerms(t, fmt.Sprintf("%d tokens, width %d, %d terms: RMSNormTerms against AddRMSNormTerms", c.T, c.out, nt),
-				norm(true), norm(false), (c.out+15)/16, c.T)
-		}
-	}
-}
-
-// TestSiLUInGemv: MatMulSiLUTerms (lb_mma_gemv_bulk with its SiLU
-// epilogue) gives the bits of MatMulTerms then SiLUMulTerms: the gate and
-// up outputs and the down projection's terms, for one and three terms,
-// token counts of one and two groups, and widths on and off the 16-column
-// chunks. Skips without a GPU.
-func TestSiLUInGemv(t *testing.T) {
-	d := openOrSkip(t)
-	rng := rand.New(rand.NewPCG(31, 37))
-	download := func(b Buf) []byte {
-		out := make([]byte, b.Bytes())
-		if err := d.Download(out, b); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	for _, c := range []struct{ T, D, in int }{{1, 12288, 4096}, {3, 1000, 1040}, {8, 3072, 1024}, {16, 1040, 2048}} {
-		for _, nt := range []int{1, 3} {
-			ws, _ := gemvWeights(t, d, rng, []int{c.D, c.D}, c.in, 0)
-			x := normalBuf(t, d, rng, c.T*c.in, 1)
-			gate, up := normalBuf(t, d, rng, c.T*c.D, 0), normalBuf(t, d, rng, c.T*c.D, 0)
-			gate2, up2 := normalBuf(t, d, rng, c.T*c.D, 0), normalBuf(t, d, rng, c.T*c.D, 0)
-			nc := (c.D + 15) / 16
-			size := (c.T + 7) / 8 * nc * 3 * 32 * 8
-			own, err := d.Alloc(size) // SiLUMulTerms's output, beside the fused one's
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { d.Free(own) })
-			var silu Terms
-			var fused bool
-			split := func(k *K) (Terms, error) {
-				tm, err := k.termsFor(c.T, c.in, nt)
-				if err == nil {
-					err = k.Split(tm, x)
-				}
-				return tm, err
-			}
-			err = d.Run(func(k *K) error {
-				tm, err := split(k)
-				if err != nil {
-					return err
-				}
-				// Twice, the output poisoned between, so that the arrival
-				// counts must have gone back to 0 for the second to write.
-				if silu, fused, err = k.MatMulSiLUTerms(tm, gate2, up2, ws[0], ws[1]); err != nil || !fused {
-					return err
-				}
-				if err := k.Poison(silu.buf); err != nil {
-					return err
-				}
-				silu, _, err = k.MatMulSiLUTerms(tm, gate2, up2, ws[0], ws[1])
-				return err
-			})
-			if err == nil && fused {
-				err = d.Run(func(k *K) error {
-					tm, err := split(k)
-					if err != nil {
-						return err
+			got, want := norm(true), norm(false)
+			// (group, chunk) blocks of 3 terms × 32 lanes × 8 bytes; lanes of
+			// tokens past T are written by neither.
+			nc, bad := (c.out+15)/16, 0
+			for blk := 0; blk < len(want)/768 && bad < 3; blk++ {
+				for lane := range 32 {
+					if 8*(blk/nc)+lane/4 >= c.T {
+						continue
 					}
-					if err := k.MatMulTerms(tm, []Buf{gate, up}, ws); err != nil {
-						return err
+					for term := range 3 {
+						at := blk*768 + term*256 + lane*8
+						if !bytes.Equal(got[at:at+8], want[at:at+8]) {
+							t.Errorf("%d tokens, width %d, %d terms: RMSNormTerms differs from AddRMSNormTerms at block %d, lane %d, term %d",
+								c.T, c.out, nt, blk, lane, term)
+							bad++
+						}
 					}
-					return k.SiLUMulTerms(Terms{own, c.T, c.D, (c.T + 7) / 8, nt}, gate, up, c.D)
-				})
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !fused {
-				t.Errorf("%d tokens, %dx%d, %d terms: MatMulSiLUTerms did not run", c.T, c.D, c.in, nt)
-				continue
-			}
-			what := fmt.Sprintf("%d tokens, %dx%d, %d terms", c.T, c.D, c.in, nt)
-			if !bytes.Equal(download(gate2), download(gate)) || !bytes.Equal(download(up2), download(up)) {
-				t.Errorf("%s: the gate and up outputs differ from MatMulTerms's", what)
-			}
-			compareTerms(t, what+": the SiLU terms against SiLUMulTerms's", download(silu.buf.Slice(0, size)), download(own), nc, c.T)
-		}
-	}
-}
-
-// compareTerms reports where the mma terms got differ from want, both of
-// nc column chunks, for the lanes of tokens below T (those past T are
-// written by no producer): (group, chunk) blocks of 3 terms × 32 lanes × 8
-// bytes.
-func compareTerms(t *testing.T, what string, got, want []byte, nc, T int) {
-	t.Helper()
-	bad := 0
-	for blk := 0; blk < len(want)/768 && bad < 3; blk++ {
-		for lane := range 32 {
-			if 8*(blk/nc)+lane/4 >= T {
-				continue
-			}
-			for term := range 3 {
-				at := blk*768 + term*256 + lane*8
-				if !bytes.Equal(got[at:at+8], want[at:at+8]) {
-					t.Errorf("%s: differ at block %d, lane %d, term %d", what, blk, lane, term)
-					bad++
 				}
 			}
 		}

@@ -31,8 +31,7 @@
 // split).
 //
 // Layout and arguments: attention_mma.cu's (FA_PARAMS), then out, arrive,
-// xs, nc, nt, vscale (fd_merge's), early (whether the older cache rows
-// start copying before the wait: fd_run). Shared memory,
+// xs, nc, nt, vscale (fd_merge's). Shared memory,
 // dynamic, in u16: q terms [QT][16][Dh + 8], then two stages of k and v
 // [2][2][FA_CHUNK][Dh + 8] (F8: one), then P terms [QT][16][FA_CHUNK + 8]
 // (F8: then the codes, two stages of k and v [2][2][FA_CHUNK][Dh] bytes).
@@ -93,7 +92,7 @@ template <int DH, int QT, bool F8>
 __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8 *kp, const u8 *vp, const int *tables,
                                        int stride, const int *seq, const int *pos, const int *part_off, const int *work,
                                        int bs, int H, int KVH, float scale, float *out, int *arrive, u32 *xs, int nc,
-                                       int nt, float vscale, int early) {
+                                       int nt, float vscale) {
 	constexpr int LD = DH + 8, DC = DH / 16, DPW = DH / 64; // DPW: 16-dim groups of o a warp
 	constexpr int KV = FA_CHUNK * LD;                        // one k or v chunk, in u16
 	const int at[6] = {0, 1, 2, 0, 1, 0};
@@ -120,21 +119,12 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	int c = blockIdx.z;
 	if (c * FA_CHUNK > pmax) return;
 	// Chunk c's rows and copy, chunk c + Z's rows; q's terms meanwhile.
-	// The cache rows of positions before the tile's first token's were
-	// written by earlier steps: they start copying before the wait, while
-	// the kernel before (this step's KV write: the rest) still runs.
 	fa_rows(rows[0], blocks, bs, KVH, kh, DH, c * FA_CHUNK, pmax);
 	__syncthreads();
-	int fresh = early ? min(max(pos[t0] - c * FA_CHUNK, 0), FA_CHUNK) : 0;
 	if (F8)
-		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0], 0, fresh);
+		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0]);
 	else
-		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], 0, fresh);
-	lb_pdl_wait();
-	if (F8)
-		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0], fresh);
-	else
-		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], fresh);
+		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0]);
 	cp_async_commit();
 	fa_rows(rows[1], blocks, bs, KVH, kh, DH, (c + Z) * FA_CHUNK, pmax);
 	fa_stage_q<DH, QT>(qs, q, t0, n, G, kh, H, tid, blockDim.x);
@@ -296,19 +286,16 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 #define FD_PARAMS                                                                                                     \
 	float *partials, const float *q, const u8 *kp, const u8 *vp, const int *tables, int stride, const int *seq,       \
 	    const int *pos, const int *part_off, const int *work, int bs, int H, int KVH, float scale, float *out,        \
-	    int *arrive, u32 *xs, int nc, int nt, float vscale, int early
-#define FD_ARGS                                                                                                       \
-	partials, q, kp, vp, tables, stride, seq, pos, part_off, work, bs, H, KVH, scale, out, arrive, xs, nc, nt, vscale, early
+	    int *arrive, u32 *xs, int nc, int nt, float vscale
+#define FD_ARGS partials, q, kp, vp, tables, stride, seq, pos, part_off, work, bs, H, KVH, scale, out, arrive, xs, nc, nt, vscale
 
 // lb_flash_decode_d<head dim>[_q1][_fp8]: 4 warps; _q1: q and P as one
-// BF16 term (attention_mma.cu's _q1 numerics); _fp8: an FP8 cache. fd_run
-// waits for the kernel before (lb_pdl_wait) once its older rows are
-// copying.
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { fd_run<64, 3, false>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { fd_run<64, 1, false>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { fd_run<128, 3, false>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { fd_run<128, 1, false>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_fp8(FD_PARAMS) { fd_run<64, 3, true>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1_fp8(FD_PARAMS) { fd_run<64, 1, true>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_fp8(FD_PARAMS) { fd_run<128, 3, true>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1_fp8(FD_PARAMS) { fd_run<128, 1, true>(FD_ARGS); }
+// BF16 term (attention_mma.cu's _q1 numerics); _fp8: an FP8 cache.
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, true>(FD_ARGS); }

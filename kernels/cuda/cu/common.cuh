@@ -178,11 +178,6 @@ __device__ __forceinline__ void mma_put_terms(u32 *xs, int nc, int t, int col, f
 	for (int j = 0; j < 3; j++) xs[(base + j * 32) * 2 + (in16 >> 3)] = tm[j];
 }
 
-// silu_mul is SwiGLU's product silu(g)·u = g/(1+exp(−g))·u, in the one
-// expression every kernel that computes it shares (silu_mul.cu, the bulk
-// GEMV's epilogue), so that they agree bit for bit.
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 // mma_bf16 accumulates a 16×8 float32 fragment d += A·B for one A fragment
 // and one B fragment (2 words).
 __device__ __forceinline__ void mma_bf16(float *d, uint4 a, u32 b0, u32 b1) {

@@ -75,40 +75,6 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
-// mma_gemv_silu is a gate and up launch's epilogue (sxs): the later of
-// the two blocks of row tile m and token groups blockIdx.y to finish (an
-// atomic count in arrive, back to 0 after) writes silu(gate)·up of the
-// tile's D-wide rows, which are column chunk m of the down projection's
-// input, as its mma terms (nt of them), tokens 8·n0 .. 8·(n0 + ng) − 1 below T:
-// the bits of lb_silu_mul_terms, without its launch. The other block's
-// outputs come through L2 (__ldcg), visible after its fence.
-__device__ __forceinline__ void mma_gemv_silu(u32 *sxs, int *arrive, const float *gate, const float *up, int D,
-                                              int m, int n0, int ng, int T, int nt) {
-	__shared__ int last;
-	__threadfence(); // this block's outputs, before its arrival
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		int *a = arrive + m * gridDim.y + blockIdx.y;
-		last = atomicAdd(a, 1) == 1;
-		if (last) *a = 0;
-	}
-	__syncthreads();
-	if (!last) return;
-	__threadfence(); // the other block's outputs, after its arrival
-	int nc = (D + 15) / 16;
-	for (int i = threadIdx.x; i < ng * 64; i += blockDim.x) { // (token, column pair) of the tile
-		int t = 8 * n0 + (i >> 3), col = 16 * m + 2 * (i & 7);
-		if (t >= T) continue;
-		float v[2];
-#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			i64 at = (i64)t * D + col + k;
-			v[k] = col + k < D ? silu_mul(__ldcg(gate + at), __ldcg(up + at)) : 0.0f;
-		}
-		mma_put_terms(sxs, nc, t, col, v[0], v[1], nt);
-	}
-}
-
 // mma_gemv_bulk is lb_mma_gemv_bulk's body on TERMS terms of the
 // activations (3, or 1: hi alone, lb_mma_gemv_bulk1), with the block's
 // dynamic shared memory smem and its mbarriers bars.
@@ -116,7 +82,7 @@ template <int TERMS>
 __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
                                               int out0, float *y1, const uint4 *w1, int out1, float *y2,
                                               const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
-                                              int ring, int acc, u32 *sxs, int *arrive) {
+                                              int ring, int acc) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
@@ -152,7 +118,6 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	}
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc);
-	if (sxs) mma_gemv_silu(sxs, arrive, y0, y1, out0, m, n0, ng, T, TERMS);
 }
 
 // lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
@@ -160,17 +125,14 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 // by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
 // acc: y += W·x (a decode step's o and down projections add into the
 // residual stream, so that the norm after them has no add and spreads
-// over blocks: lb_rmsnorm_terms_slices). sxs (with arrive): w0 and w1 are
-// a layer's gate and up, of equal rows, and the launch also writes their
-// SiLU product as the down projection's terms, as many terms as it reads
-// (mma_gemv_silu).
+// over blocks: lb_rmsnorm_terms_slices).
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                     int acc, u32 *sxs, int *arrive) {
+                     int acc) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive);
+	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
 }
 
 // lb_mma_gemv_bulk1: lb_mma_gemv_bulk on BF16 activations (terms written
@@ -181,10 +143,10 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                       const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                      int acc, u32 *sxs, int *arrive) {
+                      int acc) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sxs, arrive);
+	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
 }
 
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of

@@ -6,7 +6,7 @@ extern "C" __global__ void lb_silu_mul(float *out, const float *gate, const floa
 	i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) {
 		float g = gate[i];
-		out[i] = silu_mul(g, up[i]);
+		out[i] = g / (1.0f + expf(-g)) * up[i];
 	}
 }
 
@@ -31,7 +31,7 @@ extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const f
 	for (int k = 0; k < 2; k++) {
 		int i = 2 * p + k;
 		float g = i < D ? gate[(i64)t * D + i] : 0.0f;
-		v[k] = i < D ? silu_mul(g, up[(i64)t * D + i]) : 0.0f;
+		v[k] = i < D ? g / (1.0f + expf(-g)) * up[(i64)t * D + i] : 0.0f;
 	}
 	mma_put_terms(xs, nc, t, 2 * p, v[0], v[1], terms);
 }
@@ -44,12 +44,12 @@ extern "C" __global__ void lb_silu_mul_bf16(float *out, u32 *outb, const float *
 	lb_pdl_wait();
 	i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x, i = 2 * j;
 	if (i >= n) return;
-	float v0 = silu_mul(gate[i], up[i]);
+	float g0 = gate[i], v0 = g0 / (1.0f + expf(-g0)) * up[i];
 	if (i + 1 >= n) {
 		out[i] = v0;
 		return;
 	}
-	float v1 = silu_mul(gate[i + 1], up[i + 1]);
+	float g1 = gate[i + 1], v1 = g1 / (1.0f + expf(-g1)) * up[i + 1];
 	if (i < nb) {
 		outb[j] = (u32)f32_to_bf16(v0) | (u32)f32_to_bf16(v1) << 16;
 	} else {
