@@ -15,8 +15,9 @@
 # Compute; NOPDL=1 reruns the chained GPU tests and batch-1 decode without
 # programmatic dependent launch, LOWBIT_PDL=0), then the runtime's and
 # engine's GPU tests; decode: batch-1 decode and TTFT (DECODE_SIZES,
-# DECODE_ACTS, DECODE_ENVS); steps: the serve workload's prefill and decode steps on the
-# forward alone, each kernel's time profiled; serve: lowbit serve and the
+# DECODE_ACTS, DECODE_ENVS); steps: the serve workload's prefill and decode
+# steps on the forward alone, each kernel's time profiled; serve: lowbit
+# serve and the
 # scaled LowBArena workloads
 # (needs only the lowbit binary); torch: the transformers baselines on the
 # same weights.
@@ -66,8 +67,9 @@ fi
 
 if part decode; then
 echo "== batch-1 decode and TTFT on the device-resident forward (Qwen3-0.6B, Qwen3-8B shapes; DECODE_ACTS: the generated rows' activations)"
-# DECODE_ENVS: ';'-separated settings to run each under, alternating (e.g.
-# "LOWBIT_NORM_GEMV=0;" measures the unfused norms beside the default).
+# DECODE_ENVS: ';'-separated settings to run each benchmark under in turn
+# (";LOWBIT_PDL=0": the default, then without programmatic dependent
+# launch); DECODE_LINES: how many lines of each to show (all go to bench).
 IFS=';' read -ra envs <<<"${DECODE_ENVS:-}"
 [ ${#envs[@]} -gt 0 ] || envs=("")
 for act in ${DECODE_ACTS:-bf16 float32}; do
