@@ -17,9 +17,8 @@
 # engine's GPU tests; decode: batch-1 decode and TTFT (DECODE_SIZES,
 # DECODE_ACTS, DECODE_ENVS); steps: the serve workload's prefill and decode
 # steps on the forward alone, each kernel's time profiled; serve: lowbit
-# serve and the
-# scaled LowBArena workloads
-# (needs only the lowbit binary); torch: the transformers baselines on the
+# serve and the scaled LowBArena workloads (needs only the lowbit
+# binary); torch: the transformers baselines on the
 # same weights.
 set -uo pipefail
 cd "$(dirname "$0")/.."
