@@ -7,14 +7,16 @@
 // Computes, for each new token t (position p = start + t) and query head h,
 // reading KV head kh = h / (H / KVH), with s_j = (q[t,h,:] · k[j,kh,:]) · scale:
 //   chunk c = positions 64c .. min(64c + 63, p), for c = 0 .. p / 64:
-//     m_c = max_j s_j;  P_j = expf(s_j − m_c);  l_c = Σ_j P_j;  o_c = Σ_j P_j · v[j,kh,:]
+//     m_c = max_j s_j;  P_j = exp(s_j − m_c);  l_c = Σ_j P_j;  o_c = Σ_j P_j · v[j,kh,:]
 //     (float32, j in order);
 //   fold in order: (M, L, O) = chunk 0's; for c > 0, M' = max(M, m_c),
-//     a = expf(M − M'), b = expf(m_c − M'), L = L·a + l_c·b, O = O·a + o_c·b
+//     a = exp(M − M'), b = exp(m_c − M'), L = L·a + l_c·b, O = O·a + o_c·b
 //     (each product and sum rounded, no fused multiply-add); out = O / L.
 // This is kernels/cuda's contract (cu/attention_mma.cu), with this file's
-// own dot products and expf. A context of up to 64 positions is one chunk:
-// the two-pass softmax of one max, one sum and one division.
+// own dot products and exp: lb_exp (internal.h), the same bits on every
+// path, a chunk's scores 16 or 8 at a time. A context of up to 64
+// positions is one chunk: the two-pass softmax of one max, one sum and one
+// division.
 //
 // Layout: q, out [T, H, Dh]. The cache is two pools of rows [KVH, Dh] of
 // float32, BF16 or E4M3 (lb_kv_dtype); position j is pool row
@@ -93,7 +95,7 @@ typedef struct att_job {
 	float scale;
 	int64_t nkv;         // KV heads a task takes, a divisor of KVH
 	int64_t ps;          // floats of a partial record: o [Dh], m, l, padded
-	const int64_t *rows; // [ctx]: the pool row of each position
+	const int64_t *rows; // [ctx]: the byte offset of each position's row (all KV heads) in a pool
 	const int64_t *off;  // split mode: [T + 1], token t's chunks are off[t] .. off[t+1]-1
 	const int32_t *tok;  // split mode: [off[T]], the token of each chunk
 	float *part;         // split mode: [off[T]][H] partial records
@@ -143,7 +145,7 @@ static void kvdec_generic(float *dst, const uint8_t *src, int64_t n, int dtype, 
 LB_INLINE void kv_rows4(const att_job *j, const uint8_t *pool, int64_t i, int64_t nb, int64_t kh,
                         const uint8_t *rows[4]) {
 	int64_t es = j->dtype == LB_KV_F32 ? 4 : j->dtype == LB_KV_BF16 ? 2 : 1;
-	for (int64_t x = 0; x < 4; x++) rows[x] = pool + ((j->rows[i + (x < nb ? x : 0)] * j->KVH + kh) * j->Dh) * es;
+	for (int64_t x = 0; x < 4; x++) rows[x] = pool + j->rows[i + (x < nb ? x : 0)] + kh * j->Dh * es;
 }
 
 // A path supplies dot4, the dot products of na ≤ 4 vectors (a, n floats
@@ -160,6 +162,14 @@ typedef void (*dot4_fn)(const float *a, int64_t na, const uint8_t *const b[4], i
                         float *buf, float out[4][4]);
 typedef void (*axpy_fn)(float *y, int64_t ys, const float *a, int64_t as, int64_t na, const uint8_t *const x[4],
                         int64_t nb, int64_t n, int dtype, float sc, float *buf);
+
+// A path's exps sets s[i] = exp(s[i] − m) for i < n with the kernels' own
+// exp (lb_exp, internal.h): the same bits on every path.
+typedef void (*exps_fn)(float *s, int64_t n, float m);
+
+static void exps_generic(float *s, int64_t n, float m) {
+	for (int64_t i = 0; i < n; i++) s[i] = lb_expf(s[i] - m);
+}
 
 // kv_floats4 gives the float32 values of rows (n elements each; a row
 // that repeats the first is not decoded again): the float32 pool's own,
@@ -183,7 +193,7 @@ LB_INLINE void kv_floats4(const float *out[4], const uint8_t *const rows[4], int
 LB_INLINE void kv_prefetch(const att_job *j, const uint8_t *pool, int64_t i, int64_t n, int64_t kh, int64_t nkv) {
 	if (i >= n) return;
 	int64_t es = j->dtype == LB_KV_F32 ? 4 : j->dtype == LB_KV_BF16 ? 2 : 1;
-	const uint8_t *p = pool + (j->rows[i] * j->KVH + kh) * j->Dh * es;
+	const uint8_t *p = pool + j->rows[i] + kh * j->Dh * es;
 	int64_t bytes = nkv * j->Dh * es;
 	for (int64_t b = 0; b < LB_ATT_PREFETCH_LINES * 64 && b < bytes; b += 64) lb_prefetch_l2(p + b);
 }
@@ -195,7 +205,7 @@ LB_INLINE void kv_prefetch(const att_job *j, const uint8_t *pool, int64_t i, int
 // in order; every head's scores, max, sum and accumulation run in the same
 // order as for a head alone, so nkv changes no result.
 LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, float *r, float *ws, dot4_fn dot4,
-                         axpy_fn axpy) {
+                         axpy_fn axpy, exps_fn exps) {
 	const int64_t G = j->H / j->KVH, nkv = j->nkv, nh = nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
 	const int64_t j0 = c * CH, e = j->start + t + 1 - j0 < CH ? j->start + t + 1 : j0 + CH;
 	float *s = ws, *buf = s + nh * CH;
@@ -226,11 +236,9 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 		}
 	}
 	for (int64_t g = 0; g < nh; g++) {
-		float *sg = s + g * CH, mg = r[g * ps + Dh], acc = 0;
-		for (int64_t i = 0; i < e - j0; i++) {
-			sg[i] = expf(sg[i] - mg);
-			acc += sg[i];
-		}
+		float *sg = s + g * CH, acc = 0;
+		exps(sg, e - j0, r[g * ps + Dh]);
+		for (int64_t i = 0; i < e - j0; i++) acc += sg[i];
 		r[g * ps + Dh + 1] = acc;
 		memset(r + g * ps, 0, (size_t)Dh * sizeof *r);
 	}
@@ -254,7 +262,7 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 // package is compiled -std=c11, whose default is -ffp-contract=off).
 static void att_fold(float *f, const float *p, int64_t Dh) {
 	float M = f[Dh], m = p[Dh], Mn = m > M ? m : M;
-	float a = expf(M - Mn), b = expf(m - Mn);
+	float a = lb_expf(M - Mn), b = lb_expf(m - Mn);
 	f[Dh] = Mn;
 	f[Dh + 1] = f[Dh + 1] * a + p[Dh + 1] * b;
 	for (int64_t d = 0; d < Dh; d++) f[d] = f[d] * a + p[d] * b;
@@ -267,14 +275,14 @@ static void att_finish(float *out, const float *f, int64_t Dh) {
 
 // att_whole is a whole-mode task: token task / (KVH/nkv), the query heads
 // of its (task % (KVH/nkv))-th nkv KV heads, every chunk, folded in order.
-LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy) {
+LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy, exps_fn exps) {
 	const int64_t G = j->H / j->KVH, nh = j->nkv * G, ng = j->KVH / j->nkv, Dh = j->Dh, ps = j->ps;
 	int64_t t = task / ng, kh0 = (task % ng) * j->nkv, nch = (j->start + t) / LB_ATT_CHUNK + 1;
 	float *ws = j->scratch + (int64_t)tid * j->scratch_stride;
 	float *f = ws + ((nh * LB_ATT_CHUNK + 4 * Dh + 15) & ~(int64_t)15), *p = f + nh * ps;
-	att_chunk(j, t, 0, kh0, f, ws, dot4, axpy);
+	att_chunk(j, t, 0, kh0, f, ws, dot4, axpy, exps);
 	for (int64_t c = 1; c < nch; c++) {
-		att_chunk(j, t, c, kh0, p, ws, dot4, axpy);
+		att_chunk(j, t, c, kh0, p, ws, dot4, axpy, exps);
 		for (int64_t g = 0; g < nh; g++) att_fold(f + g * ps, p + g * ps, Dh);
 	}
 	float *o = j->out + (t * j->H + kh0 * G) * Dh;
@@ -283,11 +291,11 @@ LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, dot4_fn dot4, 
 
 // att_split is a split-mode task: chunk task / (KVH/nkv) of all tokens'
 // chunks, for its (task % (KVH/nkv))-th nkv KV heads, into the partials.
-LB_INLINE void att_split(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy) {
+LB_INLINE void att_split(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy, exps_fn exps) {
 	const int64_t G = j->H / j->KVH, ng = j->KVH / j->nkv;
 	int64_t ci = task / ng, kh0 = (task % ng) * j->nkv, t = j->tok[ci];
 	float *r = j->part + (ci * j->H + kh0 * G) * j->ps;
-	att_chunk(j, t, ci - j->off[t], kh0, r, j->scratch + (int64_t)tid * j->scratch_stride, dot4, axpy);
+	att_chunk(j, t, ci - j->off[t], kh0, r, j->scratch + (int64_t)tid * j->scratch_stride, dot4, axpy, exps);
 }
 
 // att_merge folds the partials of token task / H, head task % H, in chunk
@@ -303,10 +311,10 @@ static void att_merge(void *arg, int64_t task, int tid) {
 
 #define ATT_TASKS(path, attr)                                                                                        \
 	attr static void att_whole_##path(void *arg, int64_t task, int tid) {                                             \
-		att_whole(arg, task, tid, dot4_##path, axpy_##path);                                                 \
+		att_whole(arg, task, tid, dot4_##path, axpy_##path, exps_##path);                                                 \
 	}                                                                                                            \
 	attr static void att_split_##path(void *arg, int64_t task, int tid) {                                             \
-		att_split(arg, task, tid, dot4_##path, axpy_##path);                                                 \
+		att_split(arg, task, tid, dot4_##path, axpy_##path, exps_##path);                                                 \
 	}
 
 LB_INLINE float dot_generic(const float *a, const float *b, int64_t n) {
@@ -351,6 +359,23 @@ LB_INLINE LB_AVX512 __m512 kv16_avx512(const uint8_t *row, int64_t i, __mmask16 
 	return _mm512_mul_ps(lb_e4m3x16_avx512(_mm_maskz_loadu_epi8(k, row + i)), s);
 }
 
+// hsum4_avx512 sets out[r] = lb_hsum_avx512(v[r]) for r < 4, the same
+// pairwise sums (lane i + lane i+8, then i + i+4, i + i+2, i + i+1) done
+// for the four vectors together: 13 vector operations against 32.
+LB_INLINE LB_AVX512 void hsum4_avx512(const __m512 v[4], float out[4]) {
+	// 16 -> 8: v[0]'s sums in 128-bit lanes 0-1 of a01, v[1]'s in 2-3.
+	__m512 a01 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
+	__m512 a23 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
+	// 8 -> 4: v[r]'s four sums in 128-bit lane r.
+	__m512 b = _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
+	// 4 -> 2 -> 1 within each lane: element 0 of lane r is v[r]'s sum.
+	b = _mm512_add_ps(b, _mm512_permute_ps(b, 0x4E));
+	b = _mm512_add_ps(b, _mm512_permute_ps(b, 0xB1));
+	float t[16];
+	_mm512_storeu_ps(t, b);
+	for (int r = 0; r < 4; r++) out[r] = t[4 * r];
+}
+
 // dot4_kv_avx512 is dot4 for NA heads on a cache of dtype: each chunk of
 // 16 elements of the four rows decoded once (kv16_avx512) and multiplied
 // into NA × 4 chains.
@@ -368,8 +393,7 @@ LB_INLINE LB_AVX512 void dot4_kv_avx512(const float *a, const int NA, const uint
 			for (int r = 0; r < 4; r++) acc[g][r] = _mm512_fmadd_ps(av, bv[r], acc[g][r]);
 		}
 	}
-	for (int g = 0; g < NA; g++)
-		for (int r = 0; r < 4; r++) out[g][r] = lb_hsum_avx512(acc[g][r]);
+	for (int g = 0; g < NA; g++) hsum4_avx512(acc[g], out[g]);
 }
 
 // axpy_kv_avx512 is axpy4 for NA heads on a cache of dtype: each chunk of
@@ -449,6 +473,14 @@ LB_AVX512 static void kvdec_avx512(float *dst, const uint8_t *src, int64_t n, in
 	}
 }
 
+LB_AVX512 static void exps_avx512(float *s, int64_t n, float m) {
+	const __m512 mv = _mm512_set1_ps(m);
+	for (int64_t i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i);
+		_mm512_mask_storeu_ps(s + i, k, lb_exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), mv)));
+	}
+}
+
 ATT_TASKS(avx512, LB_AVX512)
 
 // kvdec_avx2: BF16 widened by a shift, 8 at a time (the tail and E4M3 as
@@ -499,6 +531,13 @@ LB_AVX2 static void axpy_avx2(float *y, int64_t ys, const float *a, int64_t as, 
 	}
 }
 
+LB_AVX2 static void exps_avx2(float *s, int64_t n, float m) {
+	const __m256 mv = _mm256_set1_ps(m);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, lb_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv)));
+	exps_generic(s + i, n - i, m);
+}
+
 ATT_TASKS(avx2, LB_AVX2)
 #endif
 
@@ -546,8 +585,9 @@ int lb_attention(lb_ctx *c, float *out, const float *q, const uint8_t *k, const 
 	int64_t *rows = (int64_t *)sb, *off = (int64_t *)(sb + rows_b);
 	int32_t *tok = (int32_t *)(sb + rows_b + off_b);
 	float *part = (float *)(sb + rows_b + off_b + tok_b), *scratch = (float *)(sb + rows_b + off_b + tok_b + part_b);
+	const int64_t row_bytes = KVH * Dh * (dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1);
 	for (int64_t i = 0, b = 0, o = 0; i < ctx; i++) {
-		rows[i] = blocks ? (int64_t)blocks[b] * bs + o : i;
+		rows[i] = (blocks ? (int64_t)blocks[b] * bs + o : i) * row_bytes;
 		if (++o == bs) o = 0, b++;
 	}
 	if (split) {

@@ -87,4 +87,9 @@ void lb_round_minifloat(int isa, int kind, float *dst, const float *src, int64_t
 // row decode of the named code path, for the tests.
 void lb_kv_decode(int isa, int dtype, float *dst, const uint8_t *src, int64_t n, float sc);
 
+// lb_exp_run writes dst[i] = exp(src[i]) by the kernels' own exp (lb_exp in
+// internal.h) on the named code path, for the tests: the lanes of the
+// path's vectors, the rest by lb_expf.
+void lb_exp_run(int isa, float *dst, const float *src, int64_t n);
+
 #endif

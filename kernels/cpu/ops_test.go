@@ -149,9 +149,19 @@ func TestSiLUMul(t *testing.T) {
 	const n = 1000
 	g, u := randn(rng, n, 4), randn(rng, n, 1)
 	g[0], g[1], g[2] = 100, -100, 0
+	var first []float32
 	forEachISA(t, func(t *testing.T, ops *Ops) {
 		out := make([]float32, n)
 		ops.SiLUMul(out, g, u, n)
+		// Every path, tails included, gives the first path's bits.
+		if first == nil {
+			first = out
+		}
+		for i := range out {
+			if math.Float32bits(out[i]) != math.Float32bits(first[i]) {
+				t.Fatalf("SiLUMul(%g, %g) = %g on this path, %g on the first", g[i], u[i], out[i], first[i])
+			}
+		}
 		for i := range n {
 			gi := float64(g[i])
 			want := gi / (1 + math.Exp(-gi)) * float64(u[i])
@@ -168,6 +178,59 @@ func TestSiLUMul(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestExp checks the kernels' own exp (lb_exp, used by SiLUMul and
+// attention) on every code path: within 2 ulp of float64's exp over a
+// sweep of the float32 bit patterns of ±[0, 104) (every 251st), +Inf
+// above 88.72283172607421875, 0 below -87.33654022216797 (where exp is under
+// 2^-126), NaN for NaN; and the same bits on every path, vector lanes and
+// scalar tails alike.
+func TestExp(t *testing.T) {
+	const hi, lo = float32(88.72283172607421875), float32(-87.33654022216797)
+	var xs []float32
+	for u := uint32(0); math.Float32frombits(u) < 104; u += 251 {
+		xs = append(xs, math.Float32frombits(u), -math.Float32frombits(u))
+	}
+	xs = append(xs, 0, float32(math.Copysign(0, -1)), hi, math.Nextafter32(hi, 100), lo,
+		math.Nextafter32(lo, -100), 1e-30, -1e-30, 1, -1, 0.5*float32(math.Ln2), float32(math.Inf(1)),
+		float32(math.Inf(-1)), float32(math.NaN()), 1e30, -1e30)
+	want := make([]float32, len(xs))
+	expRun("generic", want, xs)
+	for i, x := range xs {
+		got := float64(want[i])
+		switch {
+		case x != x:
+			if got == got {
+				t.Fatalf("exp(NaN) = %g", got)
+			}
+		case x > hi:
+			if !math.IsInf(got, 1) {
+				t.Fatalf("exp(%g) = %g, want +Inf", x, got)
+			}
+		case x < lo:
+			if got != 0 {
+				t.Fatalf("exp(%g) = %g, want 0", x, got)
+			}
+		default:
+			if e := math.Exp(float64(x)); math.Abs(got-e) > math.Max(ulpTol(e, 2), 0x1p-148) {
+				t.Fatalf("exp(%g) = %g, want %g (%.2f ulp)", x, got, e, (got-e)/ulpTol(e, 1))
+			}
+		}
+	}
+	for _, isa := range ISAs() {
+		// Lengths 1 and 15 put every input through the scalar tails too.
+		for _, n := range []int{len(xs), 15, 1} {
+			got := make([]float32, n)
+			expRun(isa, got, xs[len(xs)-n:])
+			for i := range got {
+				w := want[len(xs)-n+i]
+				if math.Float32bits(got[i]) != math.Float32bits(w) && !(got[i] != got[i] && w != w) {
+					t.Fatalf("%s: exp(%g) = %g, generic gives %g", isa, xs[len(xs)-n+i], got[i], w)
+				}
+			}
+		}
+	}
 }
 
 func TestAdd(t *testing.T) {

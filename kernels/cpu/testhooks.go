@@ -41,3 +41,13 @@ func kvDecode(isa string, dtype int, dst []float32, src []byte, sc float32) {
 	}
 	C.lb_kv_decode(C.int(id), C.int(dtype), fp(dst), (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(src))), C.int64_t(len(dst)), C.float(sc))
 }
+
+// expRun sets dst[i] = exp(src[i]) by the kernels' own exp on the named
+// code path (its vector lanes where the path has them).
+func expRun(isa string, dst, src []float32) {
+	id, ok := isaID(isa)
+	if !ok || len(dst) < len(src) {
+		panic("cpu: expRun: bad arguments")
+	}
+	C.lb_exp_run(C.int(id), fp(dst), fp(src), C.int64_t(len(src)))
+}
