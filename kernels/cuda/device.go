@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"unsafe"
 )
@@ -62,17 +61,8 @@ type Device struct {
 	// H200 it took a batch-1 decode step's device time from 4.90 to 4.80 ms
 	// (Qwen3-8B) and from 1.18 to 1.00 ms (Qwen3-0.6B): the next kernel's
 	// blocks are resident when the one before ends.
-	pdl bool
-	// gemvPrefetch: bytes of weights that a bulk GEMV's resident blocks
-	// prefetch into L2 before their wait, past their rings, when the
-	// kernel launched before it is the decode attention (or any kernel,
-	// with gemvPrefetchAll): LOWBIT_GEMV_PREFETCH in MiB (default 0) and
-	// LOWBIT_GEMV_PREFETCH_ALL=1, for measuring it. lastKernel is the name
-	// of the kernel launched last.
-	gemvPrefetch    int
-	gemvPrefetchAll bool
-	lastKernel      string
-	trace           *tracer // the timeline, with LOWBIT_TRACE=1 (trace.go)
+	pdl   bool
+	trace *tracer // the timeline, with LOWBIT_TRACE=1 (trace.go)
 	// gen counts reallocations of the persistent buffers, which captured
 	// graphs refer to by address: a graph of an older generation is stale.
 	gen int
@@ -91,14 +81,6 @@ var openMu sync.Mutex
 // the kernels (compiling them on a cold cache). It returns an error
 // wrapping ErrNoDevice where CUDA cannot run.
 func Open(opts Options) (*Device, error) {
-	prefetch := 0
-	if v := os.Getenv("LOWBIT_GEMV_PREFETCH"); v != "" {
-		mib, err := strconv.Atoi(v)
-		if err != nil || mib < 0 || mib > 1<<12 {
-			return nil, fmt.Errorf("cuda: LOWBIT_GEMV_PREFETCH=%q: want MiB, a whole number from 0 to 4096", v)
-		}
-		prefetch = mib << 20
-	}
 	openMu.Lock()
 	defer openMu.Unlock()
 	var errbuf [512]C.char
@@ -188,7 +170,6 @@ func Open(opts Options) (*Device, error) {
 	}
 	d.Compile = info
 	d.pdl = os.Getenv("LOWBIT_PDL") != "0" && d.Major >= 9 && C.lb_cu_has_launch_ex() != 0
-	d.gemvPrefetch, d.gemvPrefetchAll = prefetch, os.Getenv("LOWBIT_GEMV_PREFETCH_ALL") == "1"
 	if err := check("cuModuleLoadData", C.lb_cuModuleLoadData(&d.mod, unsafe.Pointer(unsafe.SliceData(cubin)))); err != nil {
 		C.lb_cuDevicePrimaryCtxRelease(d.dev)
 		return nil, err
@@ -320,7 +301,6 @@ func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...arg)
 		p = &slots[0]
 	}
 	d.traceLaunch(name)
-	d.lastKernel = name
 	return d.timed(name, func() error {
 		if d.pdl {
 			return check("cuLaunchKernelEx("+name+")", C.lb_cu_launch_pdl(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),

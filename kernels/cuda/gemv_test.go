@@ -64,28 +64,24 @@ func TestGemvKernels(t *testing.T) {
 		if err := d.Upload(xd, asBytes(x, len(x))); err != nil {
 			t.Fatal(err)
 		}
-		run := func(T, from, groups, warps, ring, prefetch int) [][]byte {
+		run := func(T, from, groups, warps, ring int) [][]byte {
 			mmaWideFrom, mmaBulkGroups, mmaBulkWarps, mmaBulkRing = from, groups, warps, ring
-			d.gemvPrefetch, d.gemvPrefetchAll = prefetch, prefetch > 0
-			defer func() { d.gemvPrefetch, d.gemvPrefetchAll = 0, false }()
 			return poisonedRun(t, d, ys, func(k *K) error { return k.MatMulShared(xd, T, ys, dws) })
 		}
 		for T := 1; T <= mmaGemvTokens; T++ {
-			old := run(T, mmaGemvTokens+1, 0, 0, 0, 0)
+			old := run(T, mmaGemvTokens+1, 0, 0, 0)
 			// lb_mma_gemv_bulk with blocks of 8, 5 (spans split unevenly)
-			// and 4 warps, rings of 1 and 2, varying with T; and with its
-			// L2 prefetch past the ring (a hint: the same bits).
+			// and 4 warps, rings of 1 and 2, varying with T.
 			for _, v := range []struct {
-				kernel                              string
-				from, groups, warps, ring, prefetch int
+				kernel                    string
+				from, groups, warps, ring int
 			}{
-				{"lb_mma_gemv_wide", 1, 0, 0, 0, 0},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 8, 1 + T%2, 0},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 5, 1 + (T+1)%2, 0},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 4, 1 + T%2, 0},
-				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 8, 1, 64 << 20},
+				{"lb_mma_gemv_wide", 1, 0, 0, 0},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 8, 1 + T%2},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 5, 1 + (T+1)%2},
+				{"lb_mma_gemv_bulk", mmaGemvTokens + 1, mmaGemvTokens / 8, 4, 1 + T%2},
 			} {
-				got := run(T, v.from, v.groups, v.warps, v.ring, v.prefetch)
+				got := run(T, v.from, v.groups, v.warps, v.ring)
 				for i, out := range c.outs {
 					name := fmt.Sprintf("outs=%v/in=%d/T=%d/weight %d", c.outs, c.in, T, i)
 					if bytes.Equal(old[i], got[i]) {

@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/lowbit-ai/lowbit/kernels"
 )
@@ -415,15 +414,8 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	gridY, pf := (groups+gpb-1)/gpb, 0
-	if d := k.d; d.gemvPrefetch > 0 && (d.gemvPrefetchAll || strings.HasPrefix(d.lastKernel, "lb_flash_decode")) {
-		// The device's gemvPrefetch bytes shared by the blocks that can be
-		// resident at once (16 warps an SM), in spans a warp.
-		resident := min(tiles*gridY, d.SMs*16/warps)
-		pf = d.gemvPrefetch / max(1, resident) / (warps * mmaSpan * 512)
-	}
-	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, gridY, slots+spans*gpb*512,
-		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc), intArg(pf))
+	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
+		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc))
 }
 
 // MatMulTermsAdd is y += w·x for the terms t of x, where MatMulTerms would
