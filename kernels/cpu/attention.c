@@ -309,12 +309,12 @@ static void att_merge(void *arg, int64_t task, int tid) {
 	att_finish(j->out + (t * j->H + h) * Dh, f, Dh);
 }
 
-#define ATT_TASKS(path, attr)                                                                                        \
-	attr static void att_whole_##path(void *arg, int64_t task, int tid) {                                             \
-		att_whole(arg, task, tid, dot4_##path, axpy_##path, exps_##path);                                                 \
-	}                                                                                                            \
-	attr static void att_split_##path(void *arg, int64_t task, int tid) {                                             \
-		att_split(arg, task, tid, dot4_##path, axpy_##path, exps_##path);                                                 \
+#define ATT_TASKS(path, attr)                                                     \
+	attr static void att_whole_##path(void *arg, int64_t task, int tid) {     \
+		att_whole(arg, task, tid, dot4_##path, axpy_##path, exps_##path); \
+	}                                                                         \
+	attr static void att_split_##path(void *arg, int64_t task, int tid) {     \
+		att_split(arg, task, tid, dot4_##path, axpy_##path, exps_##path); \
 	}
 
 LB_INLINE float dot_generic(const float *a, const float *b, int64_t n) {

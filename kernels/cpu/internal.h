@@ -261,7 +261,7 @@ LB_INLINE float lb_expf(float x) {
 }
 
 #ifdef LB_X86
-#define LB_EXP_SIMD(W, SI, CVT, MUL, ADD, SUB, SET1, SET1I, ADDI, SUBI, SRAI, SLLI, CAST)                   \
+#define LB_EXP_SIMD(W, SI, CVT, MUL, ADD, SUB, SET1, SET1I, ADDI, SUBI, SRAI, SLLI, CAST)                        \
 	const W n = SUB(ADD(MUL(x, SET1(LB_EXP_LOG2E)), SET1(LB_EXP_ROUND)), SET1(LB_EXP_ROUND));                \
 	W r = SUB(x, MUL(n, SET1(LB_EXP_C1)));                                                                   \
 	r = SUB(r, MUL(n, SET1(LB_EXP_C2)));                                                                     \
