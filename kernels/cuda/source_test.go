@@ -51,8 +51,8 @@ func TestSources(t *testing.T) {
 // extern shared declaration), since with LOWBIT_PDL a kernel may start
 // before the one before it ends and must not read what that one writes
 // until it has waited. lb_mma_gemv and lb_mma_gemv_bulk start their weight
-// copies first (weights never change) and wait before their loops. Runs
-// without a GPU.
+// copies first (weights never change) and wait before their loops, and
+// lb_flash_decode_* its older cache rows' copies. Runs without a GPU.
 func TestKernelsWaitFirst(t *testing.T) {
 	src, err := Source()
 	if err != nil {
@@ -89,6 +89,11 @@ func TestKernelsWaitFirst(t *testing.T) {
 	// body or in the helper they call.
 	copiesFirst := map[string]string{"lb_mma_gemv": "", "lb_mma_gemv_bulk": "mma_gemv_bulk", "lb_mma_gemv_bulk1": "mma_gemv_bulk",
 		"lb_mma_gemv_tiles1_m2": "mma_gemv_tiles1", "lb_mma_gemv_tiles1_m4": "mma_gemv_tiles1"}
+	// The decode attention copies the cache rows that earlier steps wrote
+	// first.
+	for _, v := range []string{"d64", "d64_q1", "d128", "d128_q1", "d64_fp8", "d64_q1_fp8", "d128_fp8", "d128_q1_fp8"} {
+		copiesFirst["lb_flash_decode_"+v] = "fd_run"
+	}
 	n := 0
 	for _, m := range head.FindAllStringSubmatchIndex(src, -1) {
 		name := src[m[2]:m[3]]

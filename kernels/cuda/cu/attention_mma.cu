@@ -101,12 +101,14 @@ __device__ __forceinline__ float fa_mix(float X, float a, float x, float b) {
 	return __fmaf_rn(x, b, __fmul_rn(X, a));
 }
 
-// fa_copy starts copying the BF16 cache rows rows[j] (−1: zeros) into
-// shared memory by cp.async (uncommitted: the caller commits and waits).
+// fa_copy starts copying the BF16 cache rows rows[j] (−1: zeros), j0 ≤ j
+// < j1, into shared memory by cp.async (uncommitted: the caller commits
+// and waits).
 template <int DH>
-__device__ __forceinline__ void fa_copy(u16 *ks, u16 *vs, const u8 *kp, const u8 *vp, const i64 *rows) {
+__device__ __forceinline__ void fa_copy(u16 *ks, u16 *vs, const u8 *kp, const u8 *vp, const i64 *rows, int j0 = 0,
+                                        int j1 = FA_CHUNK) {
 	constexpr int LD = DH + 8, U = DH / 8;
-	for (int i = threadIdx.x; i < FA_CHUNK * U; i += blockDim.x) {
+	for (int i = j0 * U + threadIdx.x; i < j1 * U; i += blockDim.x) {
 		int j = i / U, u = i % U;
 		u16 *kd = ks + j * LD + u * 8, *vd = vs + j * LD + u * 8;
 		if (rows[j] >= 0) {
@@ -122,14 +124,16 @@ __device__ __forceinline__ void fa_copy(u16 *ks, u16 *vs, const u8 *kp, const u8
 	}
 }
 
-// fa_copy8 starts copying the E4M3 cache rows rows[j] (−1: zeros) into
-// shared memory, [FA_CHUNK][DH] bytes each of k and v, by cp.async
-// (uncommitted); fa_widen8 then writes them as BF16 [FA_CHUNK][DH + 8],
-// the layout fa_copy gives a BF16 cache, for the same fragment loads.
+// fa_copy8 starts copying the E4M3 cache rows rows[j] (−1: zeros), j0 ≤ j
+// < j1, into shared memory, [FA_CHUNK][DH] bytes each of k and v, by
+// cp.async (uncommitted); fa_widen8 then writes them as BF16 [FA_CHUNK]
+// [DH + 8], the layout fa_copy gives a BF16 cache, for the same fragment
+// loads.
 template <int DH>
-__device__ __forceinline__ void fa_copy8(u8 *ks, u8 *vs, const u8 *kp, const u8 *vp, const i64 *rows) {
+__device__ __forceinline__ void fa_copy8(u8 *ks, u8 *vs, const u8 *kp, const u8 *vp, const i64 *rows, int j0 = 0,
+                                         int j1 = FA_CHUNK) {
 	constexpr int U = DH / 16;
-	for (int i = threadIdx.x; i < FA_CHUNK * U; i += blockDim.x) {
+	for (int i = j0 * U + threadIdx.x; i < j1 * U; i += blockDim.x) {
 		int j = i / U, u = i % U;
 		u8 *kd = ks + j * DH + u * 16, *vd = vs + j * DH + u * 16;
 		if (rows[j] >= 0) {

@@ -119,12 +119,25 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	int c = blockIdx.z;
 	if (c * FA_CHUNK > pmax) return;
 	// Chunk c's rows and copy, chunk c + Z's rows; q's terms meanwhile.
+	// The rows earlier steps wrote start copying before the wait, while
+	// the kernels before (this step's KV write among them) still run: the
+	// positions before the tile's first token when that token is its
+	// sequence's first in the batch (a run split over tiles has its
+	// earlier tiles' rows written by this step: none early then). The
+	// batch's tables, sequences and positions come before the step.
 	fa_rows(rows[0], blocks, bs, KVH, kh, DH, c * FA_CHUNK, pmax);
 	__syncthreads();
+	bool first = t0 == 0 || (seq && seq[t0 - 1] != seq[t0]);
+	int older = first ? min(max(pos[t0] - c * FA_CHUNK, 0), FA_CHUNK) : 0;
 	if (F8)
-		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0]);
+		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0], 0, older);
 	else
-		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0]);
+		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], 0, older);
+	lb_pdl_wait();
+	if (F8)
+		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0], older);
+	else
+		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], older);
 	cp_async_commit();
 	fa_rows(rows[1], blocks, bs, KVH, kh, DH, (c + Z) * FA_CHUNK, pmax);
 	fa_stage_q<DH, QT>(qs, q, t0, n, G, kh, H, tid, blockDim.x);
@@ -290,12 +303,14 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 #define FD_ARGS partials, q, kp, vp, tables, stride, seq, pos, part_off, work, bs, H, KVH, scale, out, arrive, xs, nc, nt, vscale
 
 // lb_flash_decode_d<head dim>[_q1][_fp8]: 4 warps; _q1: q and P as one
-// BF16 term (attention_mma.cu's _q1 numerics); _fp8: an FP8 cache.
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, false>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, false>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, false>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, false>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 3, true>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<64, 1, true>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 3, true>(FD_ARGS); }
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1_fp8(FD_PARAMS) { lb_pdl_wait(); fd_run<128, 1, true>(FD_ARGS); }
+// BF16 term (attention_mma.cu's _q1 numerics); _fp8: an FP8 cache. fd_run
+// waits for the kernel before (lb_pdl_wait) once its older rows are
+// copying.
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { fd_run<64, 3, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { fd_run<64, 1, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128(FD_PARAMS) { fd_run<128, 3, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1(FD_PARAMS) { fd_run<128, 1, false>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_fp8(FD_PARAMS) { fd_run<64, 3, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1_fp8(FD_PARAMS) { fd_run<64, 1, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_fp8(FD_PARAMS) { fd_run<128, 3, true>(FD_ARGS); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d128_q1_fp8(FD_PARAMS) { fd_run<128, 1, true>(FD_ARGS); }
