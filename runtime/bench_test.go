@@ -172,7 +172,7 @@ func benchDecode(b *testing.B, dir string, opts LoadOptions, kv kernels.KVDType,
 		prefilled[key] = st
 	}
 	elapsed, median := st.decodeSteps(b)
-	after := benchBandwidthAgain()
+	after := benchBandwidth()
 	b.ReportMetric(after/1e9, "mem-after-GB/s")
 	decode := float64(b.N) / elapsed.Seconds()
 	// Bytes read per step: the weights once, and K and V of the average
