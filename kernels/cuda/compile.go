@@ -35,11 +35,6 @@ func compileKernels(d *Device, cacheDir string) ([]byte, CompileInfo, error) {
 	if tracing() {
 		opts = append(opts, "-DLB_TRACE") // a timeline: trace.go
 	}
-	if os.Getenv("LOWBIT_PDL_EARLY") == "0" {
-		// The short kernels between GEMVs trigger after their wait, as
-		// every other kernel does (lb_pdl_wait_early): to measure.
-		opts = append(opts, "-DLB_LATE_TRIGGER")
-	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00nvrtc %d.%d\x00driver %d\x00", src, strings.Join(opts, " "), d.NVRTC[0], d.NVRTC[1], d.Driver)
 	key := hex.EncodeToString(h.Sum(nil))[:32]

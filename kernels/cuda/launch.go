@@ -35,14 +35,8 @@ func (b Buf) F32(from, to int) Buf { return b.Slice(4*from, 4*to) }
 
 // K launches kernels on one Device inside Device.Run: the context is
 // current and the device locked for the callback's duration. Launches are
-// asynchronous; Run waits for them. Its launches of lb_mma_gemv_bulk form
-// one chain of gated GEMVs (gateArgs in matmul.go).
-type K struct {
-	d *Device
-	// gj is the next GEMV's place in the chain, prevWarps the warps of the
-	// one before it.
-	gj, prevWarps int
-}
+// asynchronous; Run waits for them.
+type K struct{ d *Device }
 
 // Run runs f with a K, then waits for the device and reports an
 // asynchronous kernel error. Scratch buffers taken inside f are reused by
@@ -50,7 +44,7 @@ type K struct {
 func (d *Device) Run(f func(k *K) error) error {
 	return d.do(func() error {
 		d.pool.next = 0
-		if err := f(&K{d: d}); err != nil {
+		if err := f(&K{d}); err != nil {
 			return err
 		}
 		return d.sync("Run")
@@ -447,7 +441,7 @@ func (d *Device) Capture(f func(k *K) error) (*Graph, error) {
 		if d.trace != nil {
 			d.trace.captured = nil
 		}
-		ferr := f(&K{d: d})
+		ferr := f(&K{d})
 		d.capturing = false
 		var graph C.lb_handle
 		if err := check("cuStreamEndCapture", C.lb_cuStreamEndCapture(d.stream, &graph)); err != nil {

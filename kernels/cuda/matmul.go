@@ -4,9 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
-	"os"
-	"strconv"
 
 	"github.com/lowbit-ai/lowbit/kernels"
 )
@@ -515,54 +512,10 @@ func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, rows, threads, gri
 				args = append(args, ptrArg(0), ptrArg(0), intArg(0))
 			}
 		}
-		args = append(args, rest...)
-		if name == "lb_mma_gemv_bulk" || name == "lb_mma_gemv_bulk1" {
-			gate, err := k.gateArgs(tiles * gridY * threads / 32)
-			if err != nil {
-				return err
-			}
-			args = append(args, gate...)
-		}
-		if err := k.d.launch(name, [3]int{tiles, gridY, 1}, [3]int{threads, 1, 1}, shared, args...); err != nil {
+		if err := k.d.launch(name, [3]int{tiles, gridY, 1}, [3]int{threads, 1, 1}, shared, append(args, rest...)...); err != nil {
 			return err
 		}
 		ys, ws = ys[n:], ws[n:]
 	}
 	return nil
-}
-
-// mmaGateSlots is MMA_GATE_SLOTS of matmul_mma_bulk.cu: the longest chain
-// of gated GEMVs (Qwen3-8B's decode step is 145); the buffer's next
-// counter counts the gates that timed out.
-const mmaGateSlots = 256
-
-// gateArgs returns the gate arguments of the chain's next lb_mma_gemv_bulk
-// launch, which has warps warps in all: its counter, its place in the
-// chain and the count that opens its gate (matmul_mma_bulk.cu). The chain
-// is a Run's or Capture's launches, so a captured decode step replays its
-// own; gates only decide when weights are copied, never a result. Off
-// without programmatic dependent launch (each kernel then starts after the
-// one before has ended) or with LOWBIT_GEMV_GATE=0; LOWBIT_GEMV_GATE=f, 0
-// < f < 1, opens each gate when that share of the warps have signalled.
-func (k *K) gateArgs(warps int) ([]arg, error) {
-	share := gateShare()
-	if !k.d.pdl || share == 0 || k.gj >= mmaGateSlots {
-		return []arg{ptrArg(0), intArg(0), intArg(0)}, nil
-	}
-	g, err := k.d.persistentZeroed("lb_mma_gemv_bulk gates", 4*(mmaGateSlots+1))
-	if err != nil {
-		return nil, err
-	}
-	target := int(math.Ceil(share * float64(k.prevWarps)))
-	args := []arg{ptrArg(g.ptr), intArg(k.gj), intArg(target)}
-	k.gj, k.prevWarps = k.gj+1, warps
-	return args, nil
-}
-
-// gateShare is LOWBIT_GEMV_GATE: 1 unless set to a share in [0, 1).
-func gateShare() float64 {
-	if v, err := strconv.ParseFloat(os.Getenv("LOWBIT_GEMV_GATE"), 64); err == nil && v >= 0 && v < 1 {
-		return v
-	}
-	return 1
 }

@@ -132,21 +132,3 @@ func (d *Device) persistentZeroed(name string, n int) (Buf, error) {
 	}
 	return b, check("cuMemsetD8Async", C.lb_cuMemsetD8Async(b.ptr, 0, C.size_t(d.named[name].size), d.stream))
 }
-
-// GateTimeouts returns how many GEMV gates have opened on their time limit
-// rather than their count since the device opened: 0 where every chain
-// ran as built.
-func (d *Device) GateTimeouts() (int, error) {
-	var n uint32
-	err := d.do(func() error {
-		b, ok := d.named["lb_mma_gemv_bulk gates"]
-		if !ok {
-			return nil
-		}
-		if err := d.download(unsafe.Pointer(&n), b.ptr+C.lb_devptr(4*mmaGateSlots), 4); err != nil {
-			return err
-		}
-		return d.sync("GateTimeouts")
-	})
-	return int(n), err
-}

@@ -131,7 +131,7 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 extern "C" __global__ void __launch_bounds__(256) lb_rmsnorm_terms_slices(const float *x, u32 *xs, const float *w,
                                                                             int D, float eps, int zero_centered,
                                                                             int nc, int terms) {
-	lb_pdl_wait_early();
+	lb_pdl_wait();
 	__shared__ float sh[32];
 	const float *xr = x + (i64)blockIdx.x * D;
 	const int nt = blockDim.x, per = (nc * 8 + gridDim.y - 1) / gridDim.y;

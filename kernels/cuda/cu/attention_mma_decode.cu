@@ -133,7 +133,7 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0], 0, older);
 	else
 		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], 0, older);
-	lb_pdl_wait_early();
+	lb_pdl_wait();
 	if (F8)
 		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0], older);
 	else
@@ -304,7 +304,7 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 
 // lb_flash_decode_d<head dim>[_q1][_fp8]: 4 warps; _q1: q and P as one
 // BF16 term (attention_mma.cu's _q1 numerics); _fp8: an FP8 cache. fd_run
-// waits for the kernel before (lb_pdl_wait_early) once its older rows are
+// waits for the kernel before (lb_pdl_wait) once its older rows are
 // copying.
 extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64(FD_PARAMS) { fd_run<64, 3, false>(FD_ARGS); }
 extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_d64_q1(FD_PARAMS) { fd_run<64, 1, false>(FD_ARGS); }

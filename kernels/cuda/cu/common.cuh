@@ -225,17 +225,13 @@ extern "C" {
 __device__ u64 *lb_trace; // [LB_TRACE_CAP][2]
 __device__ u32 lb_trace_n;
 }
-#endif
-// lb_globaltimer: the GPU's nanosecond clock (the trace's timeline, the
-// GEMV gate's time limit).
 __device__ __forceinline__ u64 lb_globaltimer() {
 	u64 t;
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	return t;
 }
-// lb_pdl_gate is lb_pdl_wait's body; early: launch_dependents before the
-// wait instead of after it.
-template <bool early> __device__ __forceinline__ void lb_pdl_gate() {
+#endif
+__device__ __forceinline__ void lb_pdl_wait() {
 #ifdef LB_TRACE
 	u64 *tr = 0;
 	if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && lb_trace) {
@@ -244,29 +240,11 @@ template <bool early> __device__ __forceinline__ void lb_pdl_gate() {
 	}
 #endif
 #if __CUDA_ARCH__ >= 900
-	if (early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	asm volatile("griddepcontrol.wait;" ::: "memory");
-	if (!early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 #ifdef LB_TRACE
 	if (tr) tr[1] = lb_globaltimer();
-#endif
-}
-__device__ __forceinline__ void lb_pdl_wait() { lb_pdl_gate<false>(); }
-
-// lb_pdl_wait_early is lb_pdl_wait for the short kernels between a decode
-// step's GEMVs (norms, SiLU-mul, q/k-norm with RoPE, the decode attention):
-// the next kernel may launch before this one waits, so that the GEMV after
-// it is resident while the GEMV before it still streams, and its gate
-// (matmul_mma_bulk.cu) starts its weight copies the moment that one has
-// issued its last. Safe because every kernel reads, before its own wait,
-// only what no kernel of the step writes (weights, older cache rows).
-// LB_LATE_TRIGGER (LOWBIT_PDL_EARLY=0) makes it lb_pdl_wait, to measure.
-__device__ __forceinline__ void lb_pdl_wait_early() {
-#ifdef LB_LATE_TRIGGER
-	lb_pdl_gate<false>();
-#else
-	lb_pdl_gate<true>();
 #endif
 }
 

@@ -75,39 +75,6 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
-// The gate of a decode step's chain of GEMVs (MMA_GATE_SLOTS counters,
-// then one that counts timeouts; K.gate in matmul.go). Between two GEMVs
-// run short kernels (norms, SiLU-mul, q/k-norm with RoPE, the attention)
-// that let the next kernel launch before they wait (lb_pdl_wait_early), so
-// the next GEMV is resident while the one before still streams. Copying
-// its weights at once would only take bandwidth from that one; copying
-// them after its own wait leaves HBM idle while the short kernels run.
-// So every warp of GEMV j adds one to counter j once it has issued its last
-// copy, and GEMV j + 1 issues its first copies when counter j reaches its
-// target (all of GEMV j's warps), or after MMA_GATE_NS: HBM then goes from
-// one GEMV's weights to the next's with no gap, the short kernels
-// overlapped. The gate decides only when weights (which never change) are
-// copied, never a result; a counter that never reaches its target costs
-// one timeout, counted in the last slot.
-#define MMA_GATE_SLOTS 256
-#define MMA_GATE_NS 20000
-
-// gate_open returns once *ctr reaches target, or MMA_GATE_NS have passed
-// (then counting a timeout in *late).
-__device__ __forceinline__ void gate_open(const u32 *ctr, u32 target, u32 *late) {
-	u64 t0 = lb_globaltimer();
-	for (;;) {
-		u32 v;
-		asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-		if (v >= target) return;
-		if (lb_globaltimer() - t0 > MMA_GATE_NS) {
-			atomicAdd(late, 1u);
-			return;
-		}
-		__nanosleep(128);
-	}
-}
-
 // mma_gemv_bulk is lb_mma_gemv_bulk's body on TERMS terms of the
 // activations (3, or 1: hi alone, lb_mma_gemv_bulk1), with the block's
 // dynamic shared memory smem and its mbarriers bars.
@@ -115,7 +82,7 @@ template <int TERMS>
 __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
                                               int out0, float *y1, const uint4 *w1, int out1, float *y2,
                                               const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
-                                              int ring, int acc, u32 *gate, int gj, u32 target) {
+                                              int ring, int acc) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
@@ -132,14 +99,6 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 		int c0 = (wi + k * nw) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
 		bulk_copy(slots + (k % ring) * MMA_SPAN * 32, wt + (i64)c0 * 32, nch * 512, &bar[k % ring]);
 	};
-	if (gate && gj > 0) {
-		if (threadIdx.x == 0) gate_open(gate + gj - 1, target, gate + MMA_GATE_SLOTS);
-		__syncthreads();
-	}
-	// signal: this warp has issued its last copy (the gate of GEMV gj + 1).
-	auto signal = [&] {
-		if (gate) atomicAdd(gate + gj, 1u);
-	};
 	if (lane == 0) {
 		for (int r = 0; r < ring; r++) mbar_init(&bar[r], 1);
 		// The weights never change: they stream in while the kernel before
@@ -149,25 +108,13 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	}
 	__syncwarp();
 	lb_pdl_wait();
-	if (gate && blockIdx.x == 0 && blockIdx.y == 0) {
-		// A chain's counters start at 0: its first GEMV clears those of
-		// the last run (every GEMV of which has ended), but its own, which
-		// the third clears once the second (its reader) has ended.
-		if (gj == 0)
-			for (int i = 1 + threadIdx.x; i < MMA_GATE_SLOTS; i += blockDim.x) gate[i] = 0;
-		if (gj == 2 && threadIdx.x == 0) gate[0] = 0;
-	}
-	if (lane == 0 && mine <= ring) signal();
 	for (int k = 0; k < mine; k++) {
 		mma_gemv_span<false, TERMS>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
 		                            [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
 		// Every lane has its fragments of the slot in registers (the mma
 		// consumed them): the slot takes the span ring spans on.
 		__syncwarp();
-		if (lane == 0 && k + ring < mine) {
-			issue(k + ring);
-			if (k + ring == mine - 1) signal();
-		}
+		if (lane == 0 && k + ring < mine) issue(k + ring);
 	}
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc);
@@ -182,10 +129,10 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                     int acc, u32 *gate, int gj, u32 target) {
+                     int acc) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, gate, gj, target);
+	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
 }
 
 // lb_mma_gemv_bulk1: lb_mma_gemv_bulk on BF16 activations (terms written
@@ -196,10 +143,10 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                       const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                      int acc, u32 *gate, int gj, u32 target) {
+                      int acc) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, gate, gj, target);
+	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
 }
 
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
