@@ -99,9 +99,6 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
 	h := []cuda.Buf{a.h.F32(0, T*d.hidden)}
-	if terms && dl.o.Tiled {
-		k.PrefetchL2(dl.o) // while q/k-norm and the attention run
-	}
 	if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
 		return false, err
 	}
@@ -150,9 +147,6 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		}
 		return t, err
 	}
-	// Each short kernel below starts the next GEMV's first weights
-	// streaming into L2 (PrefetchL2) before it waits.
-	k.PrefetchL2(e.layers[0].q)
 	t, err := terms(d.hidden, func(t cuda.Terms) error {
 		return k.AddRMSNormTerms(x, cuda.Buf{}, t, e.layers[0].inputNorm, d.hidden, d.eps, false)
 	})
@@ -178,14 +172,12 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err != nil {
 			return err
 		}
-		k.PrefetchL2(dl.gate)
 		if t, err = norm(added, dl.postNorm); err != nil {
 			return err
 		}
 		if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
 			return err
 		}
-		k.PrefetchL2(dl.down)
 		td, err := terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) })
 		if err != nil {
 			return err
@@ -204,7 +196,6 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 			}
 			return k.Add(x, x, h, T*d.hidden)
 		}
-		k.PrefetchL2(e.layers[i+1].q)
 		if t, err = norm(added, e.layers[i+1].inputNorm); err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ package cuda
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -181,68 +180,6 @@ func TestTermsBF16Producers(t *testing.T) {
 		}
 		if bad == 0 {
 			t.Logf("%s: %d blocks of terms checked", p.name, len(f32)/768)
-		}
-	}
-}
-
-// TestProducersPrefetchL2: the short kernels of a decode step write the
-// same bits when they first ask L2 for a weight (PrefetchL2: below one
-// chunk, off the chunks, and past the default cap), and the request goes
-// with one launch only. Skips without a GPU.
-func TestProducersPrefetchL2(t *testing.T) {
-	d := openOrSkip(t)
-	rng := rand.New(rand.NewPCG(41, 43))
-	const T, D = 3, 1000
-	vals := func(n int, scale float64) Buf { return normalBuf(t, d, rng, n, scale) }
-	x, w, gate, up := vals(T*D, 3), vals(D, 1), vals(T*D, 2), vals(T*D, 1)
-	big, err := d.Alloc(40 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Free(big)
-	for _, p := range []struct {
-		name    string
-		produce func(k *K, tm Terms) error
-	}{
-		{"AddRMSNormTerms", func(k *K, tm Terms) error { return k.AddRMSNormTerms(x, Buf{}, tm, w, D, 1e-6, false) }},
-		{"RMSNormTerms", func(k *K, tm Terms) error { return k.RMSNormTerms(x, tm, w, D, 1e-6, false) }},
-		{"SiLUMulTerms", func(k *K, tm Terms) error { return k.SiLUMulTerms(tm, gate, up, D) }},
-	} {
-		terms := func(pf Buf) []byte {
-			var tm Terms
-			err := d.Run(func(k *K) error {
-				var err error
-				if tm, err = k.TermsBF16For(T, D); err != nil {
-					return err
-				}
-				if err := k.Poison(tm.buf); err != nil {
-					return err
-				}
-				if pf.bytes > 0 {
-					k.PrefetchL2(&Weight{Data: pf})
-				}
-				if err := p.produce(k, tm); err != nil {
-					return err
-				}
-				if k.l2.bytes != 0 {
-					return fmt.Errorf("a prefetch of %d bytes outlived its launch", k.l2.bytes)
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := make([]byte, tm.groups*((D+15)/16)*3*32*8)
-			if err := d.Download(out, tm.buf.Slice(0, len(out))); err != nil {
-				t.Fatal(err)
-			}
-			return out
-		}
-		want := terms(Buf{})
-		for _, n := range []int{4096, 3<<20 + 48, 40 << 20} {
-			if got := terms(big.Slice(0, n)); !bytes.Equal(got, want) {
-				t.Errorf("%s after a prefetch of %d bytes: %s", p.name, n, firstDiff(got, want))
-			}
 		}
 	}
 }

@@ -36,12 +36,7 @@ func (b Buf) F32(from, to int) Buf { return b.Slice(4*from, 4*to) }
 // K launches kernels on one Device inside Device.Run: the context is
 // current and the device locked for the callback's duration. Launches are
 // asynchronous; Run waits for them.
-type K struct {
-	d *Device
-	// l2 is the weight bytes the next short kernel asks L2 for
-	// (PrefetchL2).
-	l2 Buf
-}
+type K struct{ d *Device }
 
 // Run runs f with a K, then waits for the device and reports an
 // asynchronous kernel error. Scratch buffers taken inside f are reused by
@@ -49,7 +44,7 @@ type K struct {
 func (d *Device) Run(f func(k *K) error) error {
 	return d.do(func() error {
 		d.pool.next = 0
-		if err := f(&K{d: d}); err != nil {
+		if err := f(&K{d}); err != nil {
 			return err
 		}
 		return d.sync("Run")
@@ -243,11 +238,10 @@ func (k *K) QKNormRoPE(q, kk, v, qw, kw Buf, qkNorm bool, eps float32, p *KVPool
 		ptrArg(b.Pos.ptr), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), intArg(rotaryDim), ptrArg(b.Rope.ptr),
 		ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale),
 		ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr), intArg(p.BlockSize)}
-	pf := k.takeL2()
 	if qkNormRoPEByWarp && qkNormRoPEWarpFits(p.HeadDim, rotaryDim) {
 		units := T * (H + 2*p.KVHeads)
 		return k.d.launch("lb_qk_norm_rope_w", grid1(units, qkNormRoPEWarpsW), [3]int{32 * qkNormRoPEWarpsW, 1, 1}, 0,
-			append(args, append([]arg{intArg(T)}, pf...)...)...)
+			append(args, intArg(T))...)
 	}
 	return k.d.launch("lb_qk_norm_rope", [3]int{T, 1, 1}, [3]int{32 * qkNormRoPEWarps, 1, 1}, 0, args...)
 }
@@ -447,7 +441,7 @@ func (d *Device) Capture(f func(k *K) error) (*Graph, error) {
 		if d.trace != nil {
 			d.trace.captured = nil
 		}
-		ferr := f(&K{d: d})
+		ferr := f(&K{d})
 		d.capturing = false
 		var graph C.lb_handle
 		if err := check("cuStreamEndCapture", C.lb_cuStreamEndCapture(d.stream, &graph)); err != nil {

@@ -4,8 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 
 	"github.com/lowbit-ai/lowbit/kernels"
 )
@@ -319,8 +317,7 @@ func (k *K) AddRMSNormTerms(x, h Buf, t Terms, w Buf, D int, eps float32, zeroCe
 		return fmt.Errorf("cuda: AddRMSNormTerms of width %d: its row and gains (8 bytes a column) exceed a block's shared memory", D)
 	}
 	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 8*D,
-		append([]arg{ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered),
-			intArg((D + 15) / 16), intArg(t.nt)}, k.takeL2()...)...)
+		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered), intArg((D+15)/16), intArg(t.nt))
 }
 
 // SiLUMulTerms is SiLUMul over [T, D] writing into t (t.In = D).
@@ -330,7 +327,7 @@ func (k *K) SiLUMulTerms(t Terms, gate, up Buf, D int) error {
 	}
 	nc := (D + 15) / 16
 	return k.d.launch("lb_silu_mul_terms", grid1(t.T*nc*8, 256), [3]int{256, 1, 1}, 0,
-		append([]arg{ptrArg(t.buf.ptr), ptrArg(gate.ptr), ptrArg(up.ptr), intArg(t.T), intArg(D), intArg(nc), intArg(t.nt)}, k.takeL2()...)...)
+		ptrArg(t.buf.ptr), ptrArg(gate.ptr), ptrArg(up.ptr), intArg(t.T), intArg(D), intArg(nc), intArg(t.nt))
 }
 
 // MatMulTerms runs tiled weights ws (In = t.In) on the input t, up to
@@ -446,8 +443,7 @@ func (k *K) RMSNormTerms(x Buf, t Terms, w Buf, D int, eps float32, zeroCentered
 	}
 	nc := (D + 15) / 16
 	return k.d.launch("lb_rmsnorm_terms_slices", [3]int{t.T, (nc*8 + 255) / 256, 1}, [3]int{256, 1, 1}, 0,
-		append([]arg{ptrArg(x.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered), intArg(nc),
-			intArg(t.nt)}, k.takeL2()...)...)
+		ptrArg(x.ptr), ptrArg(t.buf.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered), intArg(nc), intArg(t.nt))
 }
 
 // gemvTiles1 launches lb_mma_gemv_tiles1_m2 or _m4 for the BF16 terms t
@@ -522,34 +518,4 @@ func (k *K) gemvLaunches(ys []Buf, ws []*Weight, name string, rows, threads, gri
 		ys, ws = ys[n:], ws[n:]
 	}
 	return nil
-}
-
-// PrefetchL2 has the next short kernel of a decode step (AddRMSNormTerms,
-// RMSNormTerms, SiLUMulTerms or QKNormRoPE's warp kernel) ask L2 for the
-// first bytes of w, the weight of the GEMV after it, before it waits for
-// the kernel before (lb_pdl_wait_prefetch): it is resident while the GEMV
-// before it ends, so HBM goes on streaming while it and the next GEMV's
-// start run. LOWBIT_L2_PREFETCH_MB sets how many MiB (0: none).
-func (k *K) PrefetchL2(w *Weight) {
-	n := min(w.Data.bytes, l2PrefetchBytes()) &^ 15
-	k.l2 = Buf{}
-	if n > 0 && k.d.Major >= 9 {
-		k.l2 = w.Data.Slice(0, n)
-	}
-}
-
-// takeL2 returns the prefetch arguments of a short kernel's launch and
-// clears them: the prefetch goes with one launch.
-func (k *K) takeL2() []arg {
-	b := k.l2
-	k.l2 = Buf{}
-	return []arg{ptrArg(b.ptr), i64Arg(int64(b.bytes))}
-}
-
-// l2PrefetchBytes is LOWBIT_L2_PREFETCH_MB in bytes, 16 MiB unless set.
-func l2PrefetchBytes() int {
-	if v, err := strconv.Atoi(os.Getenv("LOWBIT_L2_PREFETCH_MB")); err == nil && v >= 0 {
-		return v << 20
-	}
-	return 16 << 20
 }

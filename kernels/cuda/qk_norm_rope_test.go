@@ -80,11 +80,6 @@ func TestQKNormRoPE(t *testing.T) {
 						if p.V, err = k.Upload(make([]byte, poolBytes)); err != nil {
 							return err
 						}
-						if byWarp {
-							// The warp kernel also asks L2 for a weight
-							// (PrefetchL2): a hint, which changes no bit.
-							k.PrefetchL2(&Weight{Data: p.K})
-						}
 						if err := k.QKNormRoPE(bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], norm, 1e-6, p, b, T, H, rot, theta); err != nil {
 							return err
 						}

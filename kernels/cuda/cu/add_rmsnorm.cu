@@ -67,8 +67,8 @@ extern "C" __global__ void lb_add_rmsnorm_bf16(float *x, const float *h, float *
 // mma_terms_n). Dynamic shared memory: the new row x and the gains, 2·D
 // floats.
 extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *xs, const float *w, int D, float eps,
-                                                int zero_centered, int nc, int terms, const u8 *pf, i64 pf_bytes) {
-	lb_pdl_wait_prefetch(pf, pf_bytes);
+                                                int zero_centered, int nc, int terms) {
+	lb_pdl_wait();
 	extern __shared__ float row[];
 	__shared__ float sh[32];
 	float *xr = x + (i64)blockIdx.x * D;
@@ -130,9 +130,8 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 // step for 9.7 µs a launch, a seventh of the step (BENCHMARKS.md).
 extern "C" __global__ void __launch_bounds__(256) lb_rmsnorm_terms_slices(const float *x, u32 *xs, const float *w,
                                                                             int D, float eps, int zero_centered,
-                                                                            int nc, int terms, const u8 *pf,
-                                                                            i64 pf_bytes) {
-	lb_pdl_wait_prefetch(pf, pf_bytes);
+                                                                            int nc, int terms) {
+	lb_pdl_wait();
 	__shared__ float sh[32];
 	const float *xr = x + (i64)blockIdx.x * D;
 	const int nt = blockDim.x, per = (nc * 8 + gridDim.y - 1) / gridDim.y;

@@ -248,32 +248,6 @@ __device__ __forceinline__ void lb_pdl_wait() {
 #endif
 }
 
-// lb_l2_prefetch: the grid's threads together ask L2 for bytes (a
-// multiple of 16, from 16-byte aligned p) in chunks of LB_L2_CHUNK
-// (cp.async.bulk.prefetch: a hint, nothing waits for it).
-// lb_pdl_wait_prefetch is lb_pdl_wait after it: a decode step's short
-// kernels (the norms, SiLU-mul, q/k-norm with RoPE) start the next GEMV's
-// first weights streaming into L2 before they wait (K.PrefetchL2), so that
-// HBM keeps streaming while they and that GEMV's start run; weights never
-// change, so reading them before the wait is safe.
-#define LB_L2_CHUNK 16384
-__device__ __forceinline__ void lb_l2_prefetch(const u8 *p, i64 bytes) {
-#if __CUDA_ARCH__ >= 900
-	if (!p || bytes <= 0) return;
-	i64 threads = (i64)gridDim.x * gridDim.y * gridDim.z * blockDim.x;
-	i64 tid = ((i64)(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
-	for (i64 c = tid; c * LB_L2_CHUNK < bytes; c += threads) {
-		i64 off = c * LB_L2_CHUNK;
-		u32 n = (u32)min((i64)LB_L2_CHUNK, bytes - off);
-		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(n) : "memory");
-	}
-#endif
-}
-__device__ __forceinline__ void lb_pdl_wait_prefetch(const u8 *p, i64 bytes) {
-	lb_l2_prefetch(p, bytes);
-	lb_pdl_wait();
-}
-
 // ldsm_x4 loads four 8×8 BF16 matrices from shared memory (ldmatrix): lane
 // l gives the address of row l & 7 of matrix l >> 3 and receives, in r[i],
 // matrix i's row l >> 2, elements 2(l & 3) and 2(l & 3) + 1 (ldsm_x4_t:

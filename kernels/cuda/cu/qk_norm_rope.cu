@@ -117,8 +117,8 @@ __device__ __forceinline__ void qkr_unit_w(float *q, float *k, const float *v, c
 extern "C" __global__ void __launch_bounds__(32 * QKRW_WARPS)
     lb_qk_norm_rope_w(float *q, float *k, const float *v, const float *qw, const float *kw, int qk_norm, float eps,
                       const int *pos, int H, int KVH, int Dh, int rot, const float2 *table, u8 *kp, u8 *vp, int dtype,
-                      float kscale, float vscale, const int *tables, int stride, const int *seq, int bs, int T, const u8 *pf, i64 pf_bytes) {
-	lb_pdl_wait_prefetch(pf, pf_bytes);
+                      float kscale, float vscale, const int *tables, int stride, const int *seq, int bs, int T) {
+	lb_pdl_wait();
 	int nh = H + 2 * KVH;
 	i64 unit = (i64)blockIdx.x * QKRW_WARPS + (threadIdx.x >> 5);
 	if (unit >= (i64)T * nh) return;

@@ -21,9 +21,8 @@ extern "C" __global__ void lb_add(float *out, const float *a, const float *b, i6
 // activations, mma_terms_n); one thread per (token, column pair), columns
 // past D zeros.
 extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const float *up, int T, int D, int nc,
-                                             int terms,
-                                             const u8 *pf, i64 pf_bytes) {
-	lb_pdl_wait_prefetch(pf, pf_bytes);
+                                             int terms) {
+	lb_pdl_wait();
 	i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (id >= (i64)T * nc * 8) return;
 	int t = (int)(id / (nc * 8)), p = (int)(id % (nc * 8));
