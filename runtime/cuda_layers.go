@@ -175,12 +175,25 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if t, err = norm(added, dl.postNorm); err != nil {
 			return err
 		}
-		if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
-			return err
+		// The gate and up GEMVs write silu(gate)·up as the down
+		// projection's terms themselves where they can (a decode step of
+		// BF16 activations); else SiLU-mul follows them.
+		td, fused, err := cuda.Terms{}, false, error(nil)
+		if e.decodeBF16 {
+			if td, err = k.SiLUTermsFor(T, d.inter); err != nil {
+				return err
+			}
+			if fused, err = k.MatMulSiLUTerms(t, td, dl.gate, dl.up); err != nil {
+				return err
+			}
 		}
-		td, err := terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) })
-		if err != nil {
-			return err
+		if !fused {
+			if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
+				return err
+			}
+			if td, err = terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) }); err != nil {
+				return err
+			}
 		}
 		if added, err = k.MatMulTermsAdd(td, x, dl.down); err != nil {
 			return err

@@ -5,6 +5,7 @@ package cuda
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -181,6 +182,99 @@ func TestTermsBF16Producers(t *testing.T) {
 		if bad == 0 {
 			t.Logf("%s: %d blocks of terms checked", p.name, len(f32)/768)
 		}
+	}
+}
+
+// TestGemvSiLU: lb_mma_gemv_bulk1_silu (MatMulSiLUTerms) writes the bits
+// of MatMulTerms into gate and up followed by SiLUMulTerms, for 1 to 8
+// tokens, inputs of one to several spans, and outputs on and off the
+// 16-row tiles; with more than 8 tokens it declines. Skips without a GPU.
+func TestGemvSiLU(t *testing.T) {
+	d := openOrSkip(t)
+	rng := rand.New(rand.NewPCG(47, 53))
+	for _, c := range []struct{ T, out, in int }{{1, 3072, 1024}, {1, 1000, 4096}, {3, 512, 272}, {8, 2048, 12288}, {5, 24, 64}} {
+		ws, _ := gemvWeights(t, d, rng, []int{c.out, c.out}, c.in, 0)
+		x := normalBuf(t, d, rng, c.T*c.in, 1)
+		g, u := normalBuf(t, d, rng, c.T*c.out, 0), normalBuf(t, d, rng, c.T*c.out, 0)
+		// terms runs the fused or the unfused path from x and returns the
+		// down projection's input terms.
+		terms := func(fused bool) []byte {
+			var out Terms
+			err := d.Run(func(k *K) error {
+				in, err := k.TermsBF16For(c.T, c.in)
+				if err != nil {
+					return err
+				}
+				if err := k.Split(in, x); err != nil {
+					return err
+				}
+				if fused {
+					if out, err = k.SiLUTermsFor(c.T, c.out); err != nil {
+						return err
+					}
+					if err := k.Poison(out.buf); err != nil {
+						return err
+					}
+					ok, err := k.MatMulSiLUTerms(in, out, ws[0], ws[1])
+					if err == nil && !ok {
+						err = fmt.Errorf("MatMulSiLUTerms did not run")
+					}
+					return err
+				}
+				if err := k.MatMulTerms(in, []Buf{g, u}, ws); err != nil {
+					return err
+				}
+				if out, err = k.TermsBF16For(c.T, c.out); err != nil {
+					return err
+				}
+				if err := k.Poison(out.buf); err != nil {
+					return err
+				}
+				return k.SiLUMulTerms(out, g, u, c.out)
+			})
+			if err != nil {
+				t.Fatalf("%d tokens, %dx%d, fused %v: %v", c.T, c.out, c.in, fused, err)
+			}
+			b := make([]byte, ((c.out+15)/16)*3*32*8)
+			if err := d.Download(b, out.buf.Slice(0, len(b))); err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		got, want := terms(true), terms(false)
+		// (chunk) blocks of 3 terms × 32 lanes × 8 bytes: lane 4g + q holds
+		// token g (lanes of tokens past T: written by neither).
+		bad := 0
+		for blk := 0; blk < len(want)/768 && bad < 3; blk++ {
+			for lane := range 32 {
+				for term := range 3 {
+					at := blk*768 + term*256 + lane*8
+					if lane/4 < c.T && !bytes.Equal(got[at:at+8], want[at:at+8]) {
+						t.Errorf("%d tokens, %dx%d: chunk %d, lane %d, term %d: fused %x, unfused %x", c.T, c.out, c.in, blk, lane, term,
+							got[at:at+8], want[at:at+8])
+						bad++
+					}
+				}
+			}
+		}
+	}
+	ws, _ := gemvWeights(t, d, rng, []int{32, 32}, 64, 0)
+	err := d.Run(func(k *K) error {
+		in, err := k.TermsBF16For(9, 64)
+		if err != nil {
+			return err
+		}
+		out, err := k.SiLUTermsFor(9, 32)
+		if err != nil {
+			return err
+		}
+		if ok, err := k.MatMulSiLUTerms(in, out, ws[0], ws[1]); ok || err != nil {
+			return fmt.Errorf("9 tokens: MatMulSiLUTerms ran %v, %v; want it to decline", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
 

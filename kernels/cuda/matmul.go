@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/lowbit-ai/lowbit/kernels"
 )
@@ -416,6 +417,45 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int) (bool, error) {
 	}
 	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
 		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc))
+}
+
+// siluInGemv is whether MatMulSiLUTerms runs (LOWBIT_SILU_GEMV=0: the
+// caller's unfused path, to measure).
+var siluInGemv = os.Getenv("LOWBIT_SILU_GEMV") != "0"
+
+// MatMulSiLUTerms writes silu(gate·x)·(up·x) into out (out.In =
+// gate.Out) for the BF16 terms t of x, with lb_mma_gemv_bulk1_silu: the
+// bits of MatMulTerms into gate and up then SiLUMulTerms, in one launch. It
+// reports false, and does nothing, where that kernel does not run (more
+// than 8 tokens, three-term activations, untiled or unequal weights,
+// before sm_90); the caller then runs those two. out must not share t's
+// buffer (SiLUTermsFor).
+func (k *K) MatMulSiLUTerms(t, out Terms, gate, up *Weight) (bool, error) {
+	if !siluInGemv || k.d.Major < 9 || t.nt != 1 || t.T == 0 || t.T > 8 || !gate.Tiled || !up.Tiled ||
+		gate.Out != up.Out || gate.In != t.In || up.In != t.In || out.In != gate.Out || out.T != t.T {
+		return false, nil
+	}
+	if out.buf.ptr == t.buf.ptr {
+		return false, fmt.Errorf("cuda: MatMulSiLUTerms: the output terms share the input's buffer")
+	}
+	spans := ((t.In+15)/16 + mmaSpan - 1) / mmaSpan
+	half := min(mmaBulkWarpsMax/2, spans)
+	shared := 2*half*mmaSpan*512 + 2*spans*512
+	if shared > mmaGemvShared {
+		return false, nil
+	}
+	return true, k.d.launch("lb_mma_gemv_bulk1_silu", [3]int{(gate.Out + 15) / 16, 1, 1}, [3]int{64 * half, 1, 1}, shared,
+		ptrArg(out.buf.ptr), ptrArg(gate.Data.ptr), ptrArg(up.Data.ptr), intArg(gate.Out), intArg((gate.Out+15)/16),
+		intArg(out.nt), ptrArg(t.buf.ptr), intArg(t.T), intArg(t.In), intArg(1))
+}
+
+// SiLUTermsFor returns BF16 terms for a [T, in] input in a buffer of their
+// own, apart from TermsFor's: MatMulSiLUTerms writes them while it still
+// reads its input terms.
+func (k *K) SiLUTermsFor(T, in int) (Terms, error) {
+	groups := (T + 7) / 8
+	b, err := k.d.persistent("mma_terms_silu", groups*((in+15)/16)*3*32*8)
+	return Terms{b, T, in, groups, 1}, err
 }
 
 // MatMulTermsAdd is y += w·x for the terms t of x, where MatMulTerms would

@@ -87,7 +87,7 @@ func TestKernelsWaitFirst(t *testing.T) {
 	}
 	// Kernels that start their weight copies before they wait, in their
 	// body or in the helper they call.
-	copiesFirst := map[string]string{"lb_mma_gemv": "", "lb_mma_gemv_bulk": "mma_gemv_bulk", "lb_mma_gemv_bulk1": "mma_gemv_bulk",
+	copiesFirst := map[string]string{"lb_mma_gemv": "", "lb_mma_gemv_bulk": "mma_gemv_bulk", "lb_mma_gemv_bulk1": "mma_gemv_bulk", "lb_mma_gemv_bulk1_silu": "",
 		"lb_mma_gemv_tiles1_m2": "mma_gemv_tiles1", "lb_mma_gemv_tiles1_m4": "mma_gemv_tiles1"}
 	// The decode attention copies the cache rows that earlier steps wrote
 	// first.

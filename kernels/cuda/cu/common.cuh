@@ -164,6 +164,11 @@ __device__ __forceinline__ void mma_terms_n(float a, float b, u32 *t0, u32 *t1, 
 	}
 }
 
+// lb_silu_mul1 is silu(g)·u as lb_silu_mul_terms and the gate and up
+// GEMV's epilogue (lb_mma_gemv_bulk1_silu) both compute it, one
+// expression for the same bits.
+__device__ __forceinline__ float lb_silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // mma_put_terms stores the terms (nt: 3, or 1 for BF16 activations,
 // mma_terms_n) of x[t, col] and x[t, col+1] (col even) where lb_mma_split
 // puts them, for a matrix of nc column chunks: the producers of matmul

@@ -149,6 +149,72 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
 }
 
+// lb_mma_gemv_bulk1_silu: a decode step's gate and up GEMVs on BF16 terms
+// (one token group: up to 8 tokens) with SiLU-mul as their epilogue,
+// writing silu(gate)·up as the down projection's terms (xo: nco column
+// chunks, nto terms) with no float32 gate and up and no lb_silu_mul_terms
+// launch between them and the down GEMV.
+//
+// Why: a short kernel between two GEMVs costs a decode step more than its
+// own work (the GEMV after it starts only when it ends; BENCHMARKS.md:
+// SiLU-mul cost the Qwen3-8B step 3.3 µs a layer). An epilogue in
+// lb_mma_gemv_bulk1 cannot do it, since a row tile's gate and up rows are
+// in different blocks (an arrival between them held every block's exit:
+// refuted). Here block m takes row tile m of both weights: warps
+// 0 .. nw/2 - 1 the gate tile's spans as lb_mma_gemv_bulk1's warps take a
+// tile's, the others the up tile's, each with its own ring; after the
+// block's barrier each output pair sums its spans in order from 0 (the
+// gate and up values lb_mma_gemv_bulk1 writes, bit for bit) and applies
+// lb_silu_mul1 as lb_silu_mul_terms does, zeros past out.
+//
+// Dynamic shared memory: nw · ring · 8 KB of slots, then the spans' sums
+// [2][spans][16 rows][8 tokens].
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk1_silu(u32 *xo, const uint4 *wg, const uint4 *wu, int out, int nco, int nto, const uint2 *xs,
+                           int T, int in, int ring) {
+	extern __shared__ uint4 smem[];
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5, hw = nw >> 1;
+	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
+	int up = wi >= hw, hi = wi - up * hw; // which weight, and the warp's place among its half
+	int mine = hi < spans ? (spans - 1 - hi) / hw + 1 : 0;
+	uint4 *slots = smem + wi * ring * MMA_SPAN * 32;
+	u64 *bar = bars[wi];
+	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
+	const uint4 *wt = (up ? wu : wg) + (i64)m * nc * 32;
+	auto issue = [&](int k) {
+		int c0 = (hi + k * hw) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+		bulk_copy(slots + (k % ring) * MMA_SPAN * 32, wt + (i64)c0 * 32, nch * 512, &bar[k % ring]);
+	};
+	if (lane == 0) {
+		for (int r = 0; r < ring; r++) mbar_init(&bar[r], 1);
+		for (int k = 0; k < min(ring, mine); k++) issue(k);
+	}
+	__syncwarp();
+	lb_pdl_wait();
+	for (int k = 0; k < mine; k++) {
+		mma_gemv_span<false, 1>(part + up * spans * 128, slots + (k % ring) * MMA_SPAN * 32, xs, nc, hi + k * hw, 0, 1,
+		                        T, lane, [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
+		__syncwarp();
+		if (lane == 0 && k + ring < mine) issue(k + ring);
+	}
+	__syncthreads();
+	// Thread i: rows 16m + r, r + 1 (r even) of token tk.
+	for (int i = threadIdx.x; i < 64; i += blockDim.x) {
+		int r = (i >> 3) * 2, tk = i & 7;
+		if (tk >= T) continue;
+		float v[2];
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			float g = 0.0f, u = 0.0f;
+			for (int s = 0; s < spans; s++) g += part[(s * 16 + r + e) * 8 + tk];
+			for (int s = 0; s < spans; s++) u += part[((spans + s) * 16 + r + e) * 8 + tk];
+			v[e] = 16 * m + r + e < out ? lb_silu_mul1(g, u) : 0.0f;
+		}
+		mma_put_terms(xo, nco, tk, 16 * m + r, v[0], v[1], nto);
+	}
+}
+
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
 // decode batches of 9 to 32 tokens on BF16 activations (terms of one term:
 // hi alone), on sm_90.

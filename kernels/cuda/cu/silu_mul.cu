@@ -31,7 +31,7 @@ extern "C" __global__ void lb_silu_mul_terms(u32 *xs, const float *gate, const f
 	for (int k = 0; k < 2; k++) {
 		int i = 2 * p + k;
 		float g = i < D ? gate[(i64)t * D + i] : 0.0f;
-		v[k] = i < D ? g / (1.0f + expf(-g)) * up[(i64)t * D + i] : 0.0f;
+		v[k] = i < D ? lb_silu_mul1(g, up[(i64)t * D + i]) : 0.0f;
 	}
 	mma_put_terms(xs, nc, t, 2 * p, v[0], v[1], terms);
 }
