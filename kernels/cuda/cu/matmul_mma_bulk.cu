@@ -75,6 +75,36 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
+// mma_bulk_spans streams a warp's spans first, first + stride, ... of one
+// row tile (wt: its nc weight tiles, one after the other) through the
+// warp's ring of slots (bar: an mbarrier a slot) and calls use(s, slot,
+// wait) on each in order, wait returning once the slot's tiles have landed;
+// the slot takes the span ring spans on once use has returned (every lane
+// then holds its fragments of it in registers). The weights never change:
+// the ring's first copies start before lb_pdl_wait, while the kernel before
+// finishes (programmatic dependent launch); use reads the activations after.
+template <typename Use>
+__device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uint4 *wt, int nc, int first,
+                                               int stride, int ring, Use use) {
+	int lane = threadIdx.x & 31, spans = (nc + MMA_SPAN - 1) / MMA_SPAN;
+	int mine = first < spans ? (spans - 1 - first) / stride + 1 : 0;
+	auto issue = [&](int k) {
+		int c0 = (first + k * stride) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+		bulk_copy(slots + (k % ring) * MMA_SPAN * 32, wt + (i64)c0 * 32, nch * 512, &bar[k % ring]);
+	};
+	if (lane == 0) {
+		for (int r = 0; r < ring; r++) mbar_init(&bar[r], 1);
+		for (int k = 0; k < min(ring, mine); k++) issue(k);
+	}
+	__syncwarp();
+	lb_pdl_wait();
+	for (int k = 0; k < mine; k++) {
+		use(first + k * stride, slots + (k % ring) * MMA_SPAN * 32, [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
+		__syncwarp();
+		if (lane == 0 && k + ring < mine) issue(k + ring);
+	}
+}
+
 // mma_gemv_bulk is lb_mma_gemv_bulk's body on TERMS terms of the
 // activations (3, or 1: hi alone, lb_mma_gemv_bulk1), with the block's
 // dynamic shared memory smem and its mbarriers bars.
@@ -89,33 +119,13 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	const uint4 *w;
 	mma_pick(&m, 16, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
 	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
-	int mine = wi < spans ? (spans - 1 - wi) / nw + 1 : 0; // this warp's spans: wi, wi + nw, ...
-	uint4 *slots = smem + wi * ring * MMA_SPAN * 32;
-	u64 *bar = bars[wi];
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
-	const uint4 *wt = w + (i64)m * nc * 32; // row tile m: nc tiles of 32 uint4, one after the other
-	// issue starts the copy of this warp's k-th span into its slot.
-	auto issue = [&](int k) {
-		int c0 = (wi + k * nw) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
-		bulk_copy(slots + (k % ring) * MMA_SPAN * 32, wt + (i64)c0 * 32, nch * 512, &bar[k % ring]);
-	};
-	if (lane == 0) {
-		for (int r = 0; r < ring; r++) mbar_init(&bar[r], 1);
-		// The weights never change: they stream in while the kernel before
-		// finishes (programmatic dependent launch); the activations only
-		// after it has.
-		for (int k = 0; k < min(ring, mine); k++) issue(k);
-	}
-	__syncwarp();
-	lb_pdl_wait();
-	for (int k = 0; k < mine; k++) {
-		mma_gemv_span<false, TERMS>(part, slots + (k % ring) * MMA_SPAN * 32, xs, nc, wi + k * nw, n0, ng, T, lane,
-		                            [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
-		// Every lane has its fragments of the slot in registers (the mma
-		// consumed them): the slot takes the span ring spans on.
-		__syncwarp();
-		if (lane == 0 && k + ring < mine) issue(k + ring);
-	}
+	// Row tile m: nc tiles of 32 uint4, one after the other; this warp's
+	// spans: wi, wi + nw, ...
+	mma_bulk_spans(smem + wi * ring * MMA_SPAN * 32, bars[wi], w + (i64)m * nc * 32, nc, wi, nw, ring,
+	               [&](int s, const uint4 *slot, auto wait) {
+		               mma_gemv_span<false, TERMS>(part, slot, xs, nc, s, n0, ng, T, lane, wait);
+	               });
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc);
 }
@@ -177,27 +187,11 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5, hw = nw >> 1;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
 	int up = wi >= hw, hi = wi - up * hw; // which weight, and the warp's place among its half
-	int mine = hi < spans ? (spans - 1 - hi) / hw + 1 : 0;
-	uint4 *slots = smem + wi * ring * MMA_SPAN * 32;
-	u64 *bar = bars[wi];
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
-	const uint4 *wt = (up ? wu : wg) + (i64)m * nc * 32;
-	auto issue = [&](int k) {
-		int c0 = (hi + k * hw) * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
-		bulk_copy(slots + (k % ring) * MMA_SPAN * 32, wt + (i64)c0 * 32, nch * 512, &bar[k % ring]);
-	};
-	if (lane == 0) {
-		for (int r = 0; r < ring; r++) mbar_init(&bar[r], 1);
-		for (int k = 0; k < min(ring, mine); k++) issue(k);
-	}
-	__syncwarp();
-	lb_pdl_wait();
-	for (int k = 0; k < mine; k++) {
-		mma_gemv_span<false, 1>(part + up * spans * 128, slots + (k % ring) * MMA_SPAN * 32, xs, nc, hi + k * hw, 0, 1,
-		                        T, lane, [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
-		__syncwarp();
-		if (lane == 0 && k + ring < mine) issue(k + ring);
-	}
+	mma_bulk_spans(smem + wi * ring * MMA_SPAN * 32, bars[wi], (up ? wu : wg) + (i64)m * nc * 32, nc, hi, hw, ring,
+	               [&](int s, const uint4 *slot, auto wait) {
+		               mma_gemv_span<false, 1>(part + up * spans * 128, slot, xs, nc, s, 0, 1, T, lane, wait);
+	               });
 	__syncthreads();
 	// Thread i: rows 16m + r, r + 1 (r even) of token tk.
 	for (int i = threadIdx.x; i < 64; i += blockDim.x) {
