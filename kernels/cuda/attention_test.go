@@ -39,6 +39,25 @@ func TestPlanAttention(t *testing.T) {
 		if !slices.Equal(pl.Work, []int32{0, 1, 1, 1, 2, 1}) || !slices.Equal(pl.PartOff, []int32{0, 1, 3}) || pl.Parts != 7 {
 			t.Fatalf("work %v, partOff %v, parts %d", pl.Work, pl.PartOff, pl.Parts)
 		}
+		if !pl.OwnRuns {
+			t.Errorf("a decode step's tiles own their runs: OwnRuns false")
+		}
+	})
+	t.Run("own runs", func(t *testing.T) {
+		// OwnRuns: every split tile holds all of its sequence's tokens.
+		for _, c := range []struct {
+			name     string
+			seq, pos []int32
+			want     bool
+		}{
+			{"runs of up to a tile (4 tokens)", []int32{0, 0, 1, 2, 2, 2, 2}, []int32{5, 6, 70, 1, 2, 3, 4}, true},
+			{"a run of 5 over two tiles", []int32{0, 0, 0, 0, 0, 1}, positions(10, 6), false},
+			{"a sequence in two runs (a gap)", []int32{0, 1, 1}, []int32{3, 5, 7}, false},
+		} {
+			if pl := PlanAttention(c.seq, c.pos, 32, pool(8, 128), 1024); pl.OwnRuns != c.want {
+				t.Errorf("%s: OwnRuns %v, want %v (plan %+v)", c.name, pl.OwnRuns, c.want, pl)
+			}
+		}
 	})
 	t.Run("prefill", func(t *testing.T) {
 		// 150 tokens of one sequence, then 3 of another, then 2 that jump

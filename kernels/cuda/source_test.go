@@ -86,13 +86,28 @@ func TestKernelsWaitFirst(t *testing.T) {
 		return src[open+1 : end]
 	}
 	// Kernels that start their weight copies before they wait, in their
-	// body or in the helper they call.
-	copiesFirst := map[string]string{"lb_mma_gemv": "", "lb_mma_gemv_bulk": "mma_gemv_bulk", "lb_mma_gemv_bulk1": "mma_gemv_bulk", "lb_mma_gemv_bulk1_silu": "",
+	// body or in the chain of helpers they call (each calling the next, the
+	// last waiting).
+	copiesFirst := map[string]string{"lb_mma_gemv": "", "lb_mma_gemv_bulk": "mma_gemv_bulk mma_bulk_spans",
+		"lb_mma_gemv_bulk1": "mma_gemv_bulk mma_bulk_spans", "lb_mma_gemv_bulk1_silu": "mma_bulk_spans",
 		"lb_mma_gemv_tiles1_m2": "mma_gemv_tiles1", "lb_mma_gemv_tiles1_m4": "mma_gemv_tiles1"}
 	// The decode attention copies the cache rows that earlier steps wrote
 	// first.
 	for _, v := range []string{"d64", "d64_q1", "d128", "d128_q1", "d64_fp8", "d64_q1_fp8", "d128_fp8", "d128_q1_fp8"} {
 		copiesFirst["lb_flash_decode_"+v] = "fd_run"
+		copiesFirst["lb_flash_decode_rope_"+v] = "fd_run"
+	}
+	// waitsVia says whether body calls the first helper of chain, each
+	// helper the next, and the last lb_pdl_wait.
+	waitsVia := func(body string, chain []string) bool {
+		for _, h := range chain {
+			def := regexp.MustCompile(`void\s+` + h + `\s*\(`).FindStringIndex(src)
+			if !regexp.MustCompile(`\b`+h+`\s*[<(]`).MatchString(body) || def == nil {
+				return false
+			}
+			body = bodyAt(def[1] - 1)
+		}
+		return strings.Contains(body, "lb_pdl_wait();")
 	}
 	n := 0
 	for _, m := range head.FindAllStringSubmatchIndex(src, -1) {
@@ -102,9 +117,8 @@ func TestKernelsWaitFirst(t *testing.T) {
 		helper, early := copiesFirst[name]
 		switch {
 		case early && helper != "":
-			def := regexp.MustCompile(`void\s+` + helper + `\s*\(`).FindStringIndex(src)
-			if !strings.Contains(body, helper+"<") || def == nil || !strings.Contains(bodyAt(def[1]-1), "lb_pdl_wait();") {
-				t.Errorf("%s: its helper %s never calls lb_pdl_wait", name, helper)
+			if !waitsVia(body, strings.Fields(helper)) {
+				t.Errorf("%s: its helpers %s never call lb_pdl_wait", name, helper)
 			}
 		case early:
 			if !strings.Contains(body, "lb_pdl_wait();") {

@@ -88,11 +88,23 @@ __device__ __forceinline__ void fd_merge(float *out, u32 *xs, int nc, int nt, co
 	}
 }
 
-template <int DH, int QT, bool F8>
+// fd_plain is fd_run's preparation of a tile when q/k-norm with RoPE and
+// the KV write ran before (lb_qk_norm_rope*): no rows to write, q staged
+// from memory. rope_attention_decode.cu's fd_rope does that work itself.
+struct fd_plain {
+	template <int DH>
+	__device__ __forceinline__ void rows(u8 *, u8 *, const int *, int, const int *, int, int, int, int, int) const {}
+	template <int DH, int QT>
+	__device__ __forceinline__ void stage(u16 *qs, const float *q, int t0, int n, int G, int kh, int H) const {
+		fa_stage_q<DH, QT>(qs, q, t0, n, G, kh, H, threadIdx.x, blockDim.x);
+	}
+};
+
+template <int DH, int QT, bool F8, typename Prep = fd_plain>
 __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8 *kp, const u8 *vp, const int *tables,
                                        int stride, const int *seq, const int *pos, const int *part_off, const int *work,
                                        int bs, int H, int KVH, float scale, float *out, int *arrive, u32 *xs, int nc,
-                                       int nt, float vscale) {
+                                       int nt, float vscale, const Prep &prep = Prep()) {
 	constexpr int LD = DH + 8, DC = DH / 16, DPW = DH / 64; // DPW: 16-dim groups of o a warp
 	constexpr int KV = FA_CHUNK * LD;                        // one k or v chunk, in u16
 	const int at[6] = {0, 1, 2, 0, 1, 0};
@@ -134,13 +146,16 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	else
 		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], 0, older);
 	lb_pdl_wait();
+	// This step's rows (fd_rope writes them here; they are in the cache
+	// before the copy below reads them).
+	prep.template rows<DH>((u8 *)kp, (u8 *)vp, blocks, bs, pos, t0, n, kh, KVH, Z);
 	if (F8)
 		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0], older);
 	else
 		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], older);
 	cp_async_commit();
 	fa_rows(rows[1], blocks, bs, KVH, kh, DH, (c + Z) * FA_CHUNK, pmax);
-	fa_stage_q<DH, QT>(qs, q, t0, n, G, kh, H, tid, blockDim.x);
+	prep.template stage<DH, QT>(qs, q, t0, n, G, kh, H);
 	const float ninf = -__int_as_float(0x7f800000), sl = fa_log2e_scale(scale);
 	for (int it = 0; c * FA_CHUNK <= pmax; c += Z, it++) {
 		int b = it & 1;

@@ -61,14 +61,15 @@ __device__ __forceinline__ float qkr_rsqrt(float s, int Dh, float eps) {
 #define QKR_WARPS 32
 #define QKRW_WARPS 8
 
-// qkr_head_w is lb_qk_norm_rope_w's work for one q or k head x (in place)
-// of E·32 elements, the first HM·64 rotated; kp, when not null, is the
-// key cache, and kdst the index of the head's first element there.
+// qkr_vals is a warp's q or k head x of E·32 elements normalized (when
+// qk_norm) and its first HM·64 rotated: lane l gets elements l, l + 32, ...
+// in o. Every kernel that does this work calls it (lb_qk_norm_rope_w,
+// rope_attention_decode.cu's), so that they give the same bits.
 template <int E, int HM>
-__device__ __forceinline__ void qkr_head_w(float *x, const float *w, int qk_norm, float eps, const float2 *cs, u8 *kp,
-                                           i64 kdst, int dtype, float kscale) {
+__device__ __forceinline__ void qkr_vals(float o[E], const float *x, const float *w, int qk_norm, float eps,
+                                         const float2 *cs) {
 	const int lane = threadIdx.x & 31;
-	float v[E], o[E];
+	float v[E];
 #pragma unroll
 	for (int m = 0; m < E; m++) v[m] = x[lane + 32 * m];
 	if (qk_norm) {
@@ -85,6 +86,17 @@ __device__ __forceinline__ void qkr_head_w(float *x, const float *w, int qk_norm
 		else if (m < 2 * HM) o[m] = qkr_rotate(v[m], v[m - HM], cs[lane + 32 * (m - HM)], false);
 		else o[m] = v[m];
 	}
+}
+
+// qkr_head_w is lb_qk_norm_rope_w's work for one q or k head x (in place)
+// of E·32 elements, the first HM·64 rotated; kp, when not null, is the
+// key cache, and kdst the index of the head's first element there.
+template <int E, int HM>
+__device__ __forceinline__ void qkr_head_w(float *x, const float *w, int qk_norm, float eps, const float2 *cs, u8 *kp,
+                                           i64 kdst, int dtype, float kscale) {
+	const int lane = threadIdx.x & 31;
+	float o[E];
+	qkr_vals<E, HM>(o, x, w, qk_norm, eps, cs);
 #pragma unroll
 	for (int m = 0; m < E; m++) x[lane + 32 * m] = o[m];
 	if (kp) {
