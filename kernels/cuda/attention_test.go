@@ -11,7 +11,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/lowbit-ai/lowbit/format"
 	"github.com/lowbit-ai/lowbit/kernels"
 	"github.com/lowbit-ai/lowbit/kernels/kerneltest"
 )
@@ -245,18 +244,7 @@ func flashVariantBits(t *testing.T, d *Device, dt kernels.KVDType, variants []fl
 	n := seqs * blocks * bs * KVH * Dh
 	var err error
 	for _, dst := range []*Buf{&p.K, &p.V} {
-		kv := make([]byte, 0, 2*n)
-		for range n {
-			if dt == kernels.KVFP8 {
-				c := byte(rng.IntN(256))
-				if c&0x7F == 0x7F { // no NaNs
-					c--
-				}
-				kv = append(kv, c)
-			} else {
-				kv = binary.LittleEndian.AppendUint16(kv, format.BF16FromFloat32(float32(rng.NormFloat64())))
-			}
-		}
+		kv := randomCache(rng, dt, n)
 		if *dst, err = d.Alloc(len(kv)); err != nil {
 			t.Fatal(err)
 		}

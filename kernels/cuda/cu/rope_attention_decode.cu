@@ -92,27 +92,11 @@ struct fd_rope {
 	    int rot, int dtype, float eps, float cache_kscale, float cache_vscale
 #define FDR_PREP fd_rope{k, v, qw, kw, table, qk_norm, rot, dtype, eps, cache_kscale, cache_vscale}
 
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d64(FDR_PARAMS) {
-	fd_run<64, 3, false>(FD_ARGS, FDR_PREP);
-}
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d64_q1(FDR_PARAMS) {
-	fd_run<64, 1, false>(FD_ARGS, FDR_PREP);
-}
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d128(FDR_PARAMS) {
-	fd_run<128, 3, false>(FD_ARGS, FDR_PREP);
-}
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d128_q1(FDR_PARAMS) {
-	fd_run<128, 1, false>(FD_ARGS, FDR_PREP);
-}
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d64_fp8(FDR_PARAMS) {
-	fd_run<64, 3, true>(FD_ARGS, FDR_PREP);
-}
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d64_q1_fp8(FDR_PARAMS) {
-	fd_run<64, 1, true>(FD_ARGS, FDR_PREP);
-}
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d128_fp8(FDR_PARAMS) {
-	fd_run<128, 3, true>(FD_ARGS, FDR_PREP);
-}
-extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d128_q1_fp8(FDR_PARAMS) {
-	fd_run<128, 1, true>(FD_ARGS, FDR_PREP);
-}
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d64(FDR_PARAMS) { fd_run<64, 3, false>(FD_ARGS, FDR_PREP); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d64_q1(FDR_PARAMS) { fd_run<64, 1, false>(FD_ARGS, FDR_PREP); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d128(FDR_PARAMS) { fd_run<128, 3, false>(FD_ARGS, FDR_PREP); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d128_q1(FDR_PARAMS) { fd_run<128, 1, false>(FD_ARGS, FDR_PREP); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d64_fp8(FDR_PARAMS) { fd_run<64, 3, true>(FD_ARGS, FDR_PREP); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d64_q1_fp8(FDR_PARAMS) { fd_run<64, 1, true>(FD_ARGS, FDR_PREP); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d128_fp8(FDR_PARAMS) { fd_run<128, 3, true>(FD_ARGS, FDR_PREP); }
+extern "C" __global__ void __launch_bounds__(128) lb_flash_decode_rope_d128_q1_fp8(FDR_PARAMS) { fd_run<128, 1, true>(FD_ARGS, FDR_PREP); }
