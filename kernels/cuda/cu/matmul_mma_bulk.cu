@@ -75,6 +75,15 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
+// mbar_waiter waits for an mbarrier's phase of the given parity
+// (mma_bulk_spans's wait; a named type, since NVRTC takes no generic
+// lambdas in device code).
+struct mbar_waiter {
+	u64 *bar;
+	u32 parity;
+	__device__ __forceinline__ void operator()() const { mbar_wait(bar, parity); }
+};
+
 // mma_bulk_spans streams a warp's spans first, first + stride, ... of one
 // row tile (wt: its nc weight tiles, one after the other) through the
 // warp's ring of slots (bar: an mbarrier a slot) and calls use(s, slot,
@@ -99,7 +108,7 @@ __device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uin
 	__syncwarp();
 	lb_pdl_wait();
 	for (int k = 0; k < mine; k++) {
-		use(first + k * stride, slots + (k % ring) * MMA_SPAN * 32, [&] { mbar_wait(&bar[k % ring], (k / ring) & 1); });
+		use(first + k * stride, slots + (k % ring) * MMA_SPAN * 32, mbar_waiter{&bar[k % ring], (u32)((k / ring) & 1)});
 		__syncwarp();
 		if (lane == 0 && k + ring < mine) issue(k + ring);
 	}
@@ -123,7 +132,7 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	// Row tile m: nc tiles of 32 uint4, one after the other; this warp's
 	// spans: wi, wi + nw, ...
 	mma_bulk_spans(smem + wi * ring * MMA_SPAN * 32, bars[wi], w + (i64)m * nc * 32, nc, wi, nw, ring,
-	               [&](int s, const uint4 *slot, auto wait) {
+	               [&](int s, const uint4 *slot, mbar_waiter wait) {
 		               mma_gemv_span<false, TERMS>(part, slot, xs, nc, s, n0, ng, T, lane, wait);
 	               });
 	__syncthreads();
@@ -189,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 	int up = wi >= hw, hi = wi - up * hw; // which weight, and the warp's place among its half
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
 	mma_bulk_spans(smem + wi * ring * MMA_SPAN * 32, bars[wi], (up ? wu : wg) + (i64)m * nc * 32, nc, hi, hw, ring,
-	               [&](int s, const uint4 *slot, auto wait) {
+	               [&](int s, const uint4 *slot, mbar_waiter wait) {
 		               mma_gemv_span<false, 1>(part + up * spans * 128, slot, xs, nc, s, 0, 1, T, lane, wait);
 	               });
 	__syncthreads();
