@@ -395,12 +395,13 @@ var ropeInAttention = os.Getenv("LOWBIT_ROPE_ATTENTION") != "0"
 // AttentionRoPETerms is QKNormRoPE followed by AttentionBatchTerms, the
 // same bits in one launch (rope_attention_decode.cu), where the decode
 // kernels take the batch with the o-projection's terms, every tile holds
-// all of its sequence's tokens (AttentionPlan.OwnRuns), and r rotates 64
-// dims or all of them. q is left as it was, not normalized. It reports
-// false, having launched nothing, where it does not run; the caller then
-// runs those two.
+// all of its sequence's tokens (AttentionPlan.OwnRuns), query heads come
+// in groups of 2 or more, and r rotates 64 dims or all of them. q is left
+// as it was, not normalized. It reports false, having launched nothing,
+// where it does not run; the caller then runs those two.
 func (k *K) AttentionRoPETerms(out Buf, terms *Terms, q Buf, r *QKRoPE, p *KVPool, b *Batch, T, H int, scale float32) (bool, error) {
-	if !ropeInAttention || !termsFused(terms, p, b, T, H) || !b.Plan.OwnRuns || (r.Rot != 64 && r.Rot != p.HeadDim) {
+	if !ropeInAttention || !termsFused(terms, p, b, T, H) || !b.Plan.OwnRuns || H < 2*p.KVHeads ||
+		(r.Rot != 64 && r.Rot != p.HeadDim) {
 		return false, nil
 	}
 	if err := k.ropeTable(b, T, r.Rot, r.Theta); err != nil {
@@ -541,7 +542,7 @@ func (k *K) flashSplit(out, q, parts Buf, p *KVPool, b *Batch, H int, scale, vsc
 		if r != nil {
 			name = "lb_flash_decode_rope" + strings.TrimPrefix(name, "lb_flash_decode")
 			args = append(args, ptrArg(r.K.ptr), ptrArg(r.V.ptr), ptrArg(r.QNorm.ptr), ptrArg(r.KNorm.ptr), ptrArg(b.Rope.ptr),
-				intArg(boolInt(r.QKNorm)), intArg(r.Rot), intArg(int(p.DType)), f32Arg(r.Eps), f32Arg(p.KScale), f32Arg(p.VScale))
+				intArg(boolInt(r.QKNorm)), intArg(r.Rot), f32Arg(r.Eps), f32Arg(p.KScale), f32Arg(p.VScale))
 		}
 		if err := k.d.launch(name, [3]int{fr.last - fr.first, p.KVHeads, pl.Z}, [3]int{128, 1, 1}, shmem, args...); err != nil {
 			return err

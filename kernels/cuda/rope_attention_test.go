@@ -19,10 +19,11 @@ import (
 // followed by AttentionBatchTerms give, over a shuffled BF16 or FP8 cache:
 // one token at a chunk's start, at position 256 and past one block's worth
 // of chunks; many sequences' single tokens (several chunks a block); runs
-// of 2 to 4 tokens (a tile each); head dims 128 and 64 (2 query heads a KV
-// head), RoPE over all dims or 64, with and without q/k norms, float32 and
-// BF16 q. And it declines, launching nothing, where a run spans two tiles
-// or the rotation is neither. Skips without a GPU.
+// of 2 to 7 tokens (a tile each, some over a chunk's end); head dims 128
+// and 64 (2 query heads a KV head: tiles of 8 tokens), RoPE over all dims
+// or 64, with and without q/k norms, float32 and BF16 q. And it declines,
+// launching nothing, where a run spans two tiles, a KV head has one query
+// head, or the rotation is neither. Skips without a GPU.
 func TestFlashDecodeRoPE(t *testing.T) {
 	d := openOrSkip(t)
 	defer func(on bool) { ropeInAttention = on }(ropeInAttention)
@@ -51,7 +52,8 @@ func TestFlashDecodeRoPE(t *testing.T) {
 	}
 	batches := []batch{{"position 0", []int32{0}, []int32{0}}, {"position 64", []int32{0}, []int32{64}},
 		{"position 256", []int32{0}, []int32{256}}, {"position 700", []int32{0}, []int32{700}}, singles,
-		{"runs of 2 to 4 tokens", []int32{0, 0, 1, 2, 2, 2, 2, 3, 3, 3}, []int32{62, 63, 500, 126, 127, 128, 129, 7, 8, 9}}}
+		{"runs of 2 to 4 tokens", []int32{0, 0, 1, 2, 2, 2, 2, 3, 3, 3}, []int32{62, 63, 500, 126, 127, 128, 129, 7, 8, 9}},
+		{"a run of 7 tokens over a chunk's end", []int32{0, 0, 0, 0, 0, 0, 0, 1}, []int32{60, 61, 62, 63, 64, 65, 66, 300}}}
 	for _, shape := range []struct{ H, KVH, Dh int }{{32, 8, 128}, {16, 8, 64}} {
 		for _, dt := range []kernels.KVDType{kernels.KVBF16, kernels.KVFP8} {
 			p := KVPool{DType: dt, KVHeads: shape.KVH, HeadDim: shape.Dh, BlockSize: bs, KScale: 1, VScale: 1}
@@ -61,13 +63,15 @@ func TestFlashDecodeRoPE(t *testing.T) {
 			cache := [2][]byte{randomCache(rng, dt, seqs*blocks*bs*shape.KVH*shape.Dh), randomCache(rng, dt, seqs*blocks*bs*shape.KVH*shape.Dh)}
 			for _, bt := range batches {
 				for _, c := range []struct {
-					rot       int
-					norm, q1  bool
-					nt        int
-					wantFused bool
+					rot      int
+					norm, q1 bool
+					nt       int
+					rotates  bool // a rotation the kernels take
 				}{{shape.Dh, true, false, 3, true}, {shape.Dh, true, true, 1, true}, {64, false, true, 1, true}, {64, true, false, 1, true},
 					{32, true, false, 3, false}} {
 					H, KVH, Dh, T := shape.H, shape.KVH, shape.Dh, len(bt.seq)
+					// A tile holds 16 / (H / KVH) tokens: a longer run declines.
+					wantFused := c.rotates && PlanAttention(bt.seq, bt.pos, H, &p, ctx).OwnRuns
 					name := fmt.Sprintf("Dh %d, %v cache, %s, rot %d, norm %v, BF16 q %v", Dh, dt, bt.name, c.rot, c.norm, c.q1)
 					q, kk, v := normal(T*H*Dh, 0, 1.5), normal(T*KVH*Dh, 0, 1.5), normal(T*KVH*Dh, 0, 1.5)
 					qw, kw := normal(Dh, 1, 0.3), normal(Dh, 1, 0.3)
@@ -143,8 +147,8 @@ func TestFlashDecodeRoPE(t *testing.T) {
 						return
 					}
 					out, terms, kc, vc, fused := run(true)
-					if fused != c.wantFused {
-						t.Errorf("%s: fused %v, want %v", name, fused, c.wantFused)
+					if fused != wantFused {
+						t.Errorf("%s: fused %v, want %v", name, fused, wantFused)
 						continue
 					}
 					if !fused {
@@ -160,24 +164,31 @@ func TestFlashDecodeRoPE(t *testing.T) {
 			}
 		}
 	}
-	// A run of 5 tokens spans two tiles: declined.
+	// A run of 5 tokens spans two tiles of 4; a query head a KV head
+	// leaves 16 tokens a tile: declined.
 	t.Run("declines", func(t *testing.T) {
-		seq, pos := []int32{0, 0, 0, 0, 0}, []int32{10, 11, 12, 13, 14}
-		p := KVPool{DType: kernels.KVBF16, KVHeads: 8, HeadDim: 128, BlockSize: bs, KScale: 1, VScale: 1}
-		err := d.Run(func(k *K) error {
-			b := &Batch{Stride: blocks, Plan: PlanAttention(seq, pos, 32, &p, ctx)}
-			tm, err := k.termsFor(5, 32*128, 3)
+		for _, c := range []struct {
+			name     string
+			H        int
+			seq, pos []int32
+		}{{"a run over two tiles", 32, []int32{0, 0, 0, 0, 0}, []int32{10, 11, 12, 13, 14}}, {"no query groups", 8, []int32{0}, []int32{10}}} {
+			p := KVPool{DType: kernels.KVBF16, KVHeads: 8, HeadDim: 128, BlockSize: bs, KScale: 1, VScale: 1}
+			T := len(c.seq)
+			err := d.Run(func(k *K) error {
+				b := &Batch{Stride: blocks, Plan: PlanAttention(c.seq, c.pos, c.H, &p, ctx)}
+				tm, err := k.termsFor(T, c.H*128, 3)
+				if err != nil {
+					return err
+				}
+				fused, err := k.AttentionRoPETerms(Buf{}, &tm, Buf{}, &QKRoPE{Rot: 128}, &p, b, T, c.H, 0.088)
+				if fused || err != nil {
+					return fmt.Errorf("%s: fused %v (%v), want a decline", c.name, fused, err)
+				}
+				return nil
+			})
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
-			fused, err := k.AttentionRoPETerms(Buf{}, &tm, Buf{}, &QKRoPE{Rot: 128}, &p, b, 5, 32, 0.088)
-			if fused || err != nil {
-				return fmt.Errorf("a run over two tiles: fused %v (%v), want a decline", fused, err)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
 	})
 }
