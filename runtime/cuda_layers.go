@@ -91,30 +91,23 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 // o-projection's output in act.h: q/k-norm, RoPE and the KV-cache write,
 // attention, o_proj. With terms (layersTerms), a decode step's attention
 // writes the o-projection's input terms itself (AttentionBatchTerms): no
-// split launch, and where it can the same launch does q/k-norm, RoPE and
-// the KV write (AttentionRoPETerms); and the o-projection adds into the
-// residual stream act.x where it can (MatMulTermsAdd), which it reports
-// (act.h then holds nothing).
+// split launch; and the o-projection adds into the residual stream act.x
+// where it can (MatMulTermsAdd), which it reports (act.h then holds
+// nothing).
 func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, terms bool) (bool, error) {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
 	h := []cuda.Buf{a.h.F32(0, T*d.hidden)}
-	qkRoPE := func() error {
-		return k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta)
+	if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
+		return false, err
 	}
 	if terms {
 		t, err := e.termsFor(k, T, qd)
 		if err != nil {
 			return false, err
 		}
-		r := cuda.QKRoPE{K: kk, V: v, QNorm: dl.qNorm, KNorm: dl.kNorm, QKNorm: d.qkNorm, Eps: d.eps, Rot: d.rotaryDim, Theta: d.theta}
-		fused, err := k.AttentionRoPETerms(att, &t, q, &r, &dl.kv, bt, T, d.heads, scale)
-		if err == nil && !fused {
-			if err = qkRoPE(); err == nil {
-				fused, err = k.AttentionBatchTerms(att, &t, q, &dl.kv, bt, T, d.heads, scale)
-			}
-		}
+		fused, err := k.AttentionBatchTerms(att, &t, q, &dl.kv, bt, T, d.heads, scale)
 		if err != nil {
 			return false, err
 		}
@@ -125,9 +118,6 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 			return added, err
 		}
 		return false, k.MatMulTerms(t, h, []*cuda.Weight{dl.o})
-	}
-	if err := qkRoPE(); err != nil {
-		return false, err
 	}
 	if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
 		return false, err

@@ -4,8 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/lowbit-ai/lowbit/kernels"
 )
@@ -48,10 +46,6 @@ type AttentionPlan struct {
 	Whole, BF16Work, SplitBF16 int
 	Warps                      int // a whole-mode block's warps
 	Z                          int // Split: blocks a tile's chunks are spread over
-	// OwnRuns: every split tile holds all of its sequence's tokens of the
-	// batch (a decode step), so that one block of the tile can write their
-	// cache rows for the others (AttentionRoPETerms).
-	OwnRuns bool
 }
 
 // flashChunk is FA_CHUNK of attention_mma.cu.
@@ -177,12 +171,6 @@ func PlanAttentionBF16(seq, pos []int32, H int, p *KVPool, ctx, bf16 int) Attent
 		}
 		if !splitPass {
 			pl.Whole = len(pl.Work) / 2
-		}
-	}
-	pl.OwnRuns = true
-	for i, r := range runs {
-		if !split[i] || r.n > R || (r.t > 0 && seq[r.t-1] == seq[r.t]) || (r.t+r.n < len(seq) && seq[r.t+r.n] == seq[r.t]) {
-			pl.OwnRuns = false
 		}
 	}
 	if tiles := len(pl.Work)/2 - pl.Whole; tiles > 0 {
@@ -362,61 +350,16 @@ func (k *K) AttentionBatch(out, q Buf, p *KVPool, b *Batch, T, H int, scale floa
 // otherwise terms is untouched. A decode step then needs no split launch
 // before the o-projection.
 func (k *K) AttentionBatchTerms(out Buf, terms *Terms, q Buf, p *KVPool, b *Batch, T, H int, scale float32) (bool, error) {
-	fused := termsFused(terms, p, b, T, H)
+	pl := &b.Plan
+	fused := terms != nil && pl.Flash && pl.Split && pl.Whole == 0 && flashDecodeFits(p) && terms.In == H*p.HeadDim &&
+		terms.T == T && terms.In%16 == 0
 	if !fused {
 		terms = nil
 	}
 	return fused, k.attentionBatch(out, terms, q, p, b, T, H, scale)
 }
 
-// termsFused says whether the decode kernels take the batch and write
-// the o-projection's terms (AttentionBatchTerms).
-func termsFused(terms *Terms, p *KVPool, b *Batch, T, H int) bool {
-	pl := &b.Plan
-	return terms != nil && pl.Flash && pl.Split && pl.Whole == 0 && flashDecodeFits(p) && terms.In == H*p.HeadDim &&
-		terms.T == T && terms.In%16 == 0
-}
-
-// QKRoPE is what QKNormRoPE takes besides q, the cache and the batch: the
-// step's k and v [T, KVH, Dh] float32, the q and k norms' weights (when
-// QKNorm), their eps, and RoPE's rotated dims and theta.
-type QKRoPE struct {
-	K, V, QNorm, KNorm Buf
-	QKNorm             bool
-	Eps                float32
-	Rot                int
-	Theta              float64
-}
-
-// ropeInAttention is whether AttentionRoPETerms runs
-// (LOWBIT_ROPE_ATTENTION=0: the two launches, to measure).
-var ropeInAttention = os.Getenv("LOWBIT_ROPE_ATTENTION") != "0"
-
-// AttentionRoPETerms is QKNormRoPE followed by AttentionBatchTerms, the
-// same bits in one launch (rope_attention_decode.cu), where the decode
-// kernels take the batch with the o-projection's terms, every tile holds
-// all of its sequence's tokens (AttentionPlan.OwnRuns), query heads come
-// in groups of 2 or more, and r rotates 64 dims or all of them. q is left
-// as it was, not normalized. It reports false, having launched nothing,
-// where it does not run; the caller then runs those two.
-func (k *K) AttentionRoPETerms(out Buf, terms *Terms, q Buf, r *QKRoPE, p *KVPool, b *Batch, T, H int, scale float32) (bool, error) {
-	if !ropeInAttention || !termsFused(terms, p, b, T, H) || !b.Plan.OwnRuns || H < 2*p.KVHeads ||
-		(r.Rot != 64 && r.Rot != p.HeadDim) {
-		return false, nil
-	}
-	if err := k.ropeTable(b, T, r.Rot, r.Theta); err != nil {
-		return false, err
-	}
-	return true, k.attentionBatchRoPE(out, terms, q, r, p, b, T, H, scale)
-}
-
 func (k *K) attentionBatch(out Buf, terms *Terms, q Buf, p *KVPool, b *Batch, T, H int, scale float32) error {
-	return k.attentionBatchRoPE(out, terms, q, nil, p, b, T, H, scale)
-}
-
-// attentionBatchRoPE is attentionBatch; with r, the decode kernels also do
-// q/k-norm with RoPE and the KV write (AttentionRoPETerms says when).
-func (k *K) attentionBatchRoPE(out Buf, terms *Terms, q Buf, r *QKRoPE, p *KVPool, b *Batch, T, H int, scale float32) error {
 	if p.HeadDim > 256 {
 		return fmt.Errorf("cuda: Attention: head_dim %d above the kernel's 256", p.HeadDim)
 	}
@@ -437,9 +380,9 @@ func (k *K) attentionBatchRoPE(out Buf, terms *Terms, q Buf, r *QKRoPE, p *KVPoo
 			return nil
 		}
 		if flashDecodeFits(p) { // the decode kernels merge their tiles themselves
-			return k.flashSplit(out, q, parts, p, b, H, fscale, vscale, terms, r)
+			return k.flashSplit(out, q, parts, p, b, H, fscale, vscale, terms)
 		}
-		if err := k.flashSplit(out, q, parts, p, b, H, fscale, vscale, nil, nil); err != nil {
+		if err := k.flashSplit(out, q, parts, p, b, H, fscale, vscale, nil); err != nil {
 			return err
 		}
 		return k.d.launch("lb_flash_merge", [3]int{T, H, 1}, [3]int{128, 1, 1}, 0,
@@ -503,10 +446,9 @@ func (k *K) flashWhole(out, q Buf, p *KVPool, b *Batch, H int, scale, vscale flo
 }
 
 // flashSplit runs the plan's split-mode tiles into the partials: on
-// attention_mma_decode.cu's kernels where they serve (four warps a chunk;
-// with r, rope_attention_decode.cu's), else on attention_mma.cu's (a warp
-// a block).
-func (k *K) flashSplit(out, q, parts Buf, p *KVPool, b *Batch, H int, scale, vscale float32, terms *Terms, r *QKRoPE) error {
+// attention_mma_decode.cu's kernels where they serve (four warps a chunk),
+// else on attention_mma.cu's (a warp a block).
+func (k *K) flashSplit(out, q, parts Buf, p *KVPool, b *Batch, H int, scale, vscale float32, terms *Terms) error {
 	pl := &b.Plan
 	s := pl.Whole + pl.SplitBF16
 	var arrive Buf
@@ -521,30 +463,24 @@ func (k *K) flashSplit(out, q, parts Buf, p *KVPool, b *Batch, H int, scale, vsc
 	if terms != nil {
 		xs, nc, nt = terms.buf, (terms.In+15)/16, terms.nt
 	}
-	for _, fr := range []flashRange{{"_q1", 1, pl.Whole, s}, {"", 3, s, len(pl.Work) / 2}} {
-		if fr.last == fr.first {
+	for _, r := range []flashRange{{"_q1", 1, pl.Whole, s}, {"", 3, s, len(pl.Work) / 2}} {
+		if r.last == r.first {
 			continue
 		}
 		if !flashDecodeFits(p) {
-			if err := k.flashMMA(Buf{}, parts, q, p, b, H, scale, fr, "split", 1, pl.Z); err != nil {
+			if err := k.flashMMA(Buf{}, parts, q, p, b, H, scale, r, "split", 1, pl.Z); err != nil {
 				return err
 			}
 			continue
 		}
 		ld := p.HeadDim + 8
-		shmem := (fr.qterms*16*ld+flashBF16Chunks(p)*flashChunk*ld+fr.qterms*16*(flashChunk+8))*2 + flashCodesBytes(p)
-		name, args := fmt.Sprintf("lb_flash_decode_d%d%s%s", p.HeadDim, fr.suffix, flashFP8(p)), []arg{ptrArg(parts.ptr),
-			ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr),
+		shmem := (r.qterms*16*ld+flashBF16Chunks(p)*flashChunk*ld+r.qterms*16*(flashChunk+8))*2 + flashCodesBytes(p)
+		if err := k.d.launch(fmt.Sprintf("lb_flash_decode_d%d%s%s", p.HeadDim, r.suffix, flashFP8(p)), [3]int{r.last - r.first, p.KVHeads, pl.Z},
+			[3]int{128, 1, 1}, shmem, ptrArg(parts.ptr), ptrArg(q.ptr), ptrArg(p.K.ptr), ptrArg(p.V.ptr), ptrArg(b.Tables.ptr),
 			intArg(b.Stride), ptrArg(b.Seq.ptr), ptrArg(b.Pos.ptr), ptrArg(b.PartOff.ptr),
-			ptrArg(b.Work.Slice(8*fr.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale),
-			ptrArg(out.ptr), ptrArg(arrive.Slice(4*(fr.first-pl.Whole)*p.KVHeads, arrive.bytes).ptr), ptrArg(xs.ptr), intArg(nc), intArg(nt),
-			f32Arg(vscale)}
-		if r != nil {
-			name = "lb_flash_decode_rope" + strings.TrimPrefix(name, "lb_flash_decode")
-			args = append(args, ptrArg(r.K.ptr), ptrArg(r.V.ptr), ptrArg(r.QNorm.ptr), ptrArg(r.KNorm.ptr), ptrArg(b.Rope.ptr),
-				intArg(boolInt(r.QKNorm)), intArg(r.Rot), f32Arg(r.Eps), f32Arg(p.KScale), f32Arg(p.VScale))
-		}
-		if err := k.d.launch(name, [3]int{fr.last - fr.first, p.KVHeads, pl.Z}, [3]int{128, 1, 1}, shmem, args...); err != nil {
+			ptrArg(b.Work.Slice(8*r.first, b.Work.bytes).ptr), intArg(p.BlockSize), intArg(H), intArg(p.KVHeads), f32Arg(scale),
+			ptrArg(out.ptr), ptrArg(arrive.Slice(4*(r.first-pl.Whole)*p.KVHeads, arrive.bytes).ptr), ptrArg(xs.ptr), intArg(nc), intArg(nt),
+			f32Arg(vscale)); err != nil {
 			return err
 		}
 	}

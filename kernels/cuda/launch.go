@@ -218,10 +218,23 @@ func (k *K) QKNormRoPE(q, kk, v, qw, kw Buf, qkNorm bool, eps float32, p *KVPool
 	if p.HeadDim > 256 || rotaryDim > p.HeadDim || rotaryDim%2 != 0 {
 		return fmt.Errorf("cuda: QKNormRoPE: head_dim %d, rotary %d (the kernel takes head_dim ≤ 256)", p.HeadDim, rotaryDim)
 	}
-	if err := k.ropeTable(b, T, rotaryDim, theta); err != nil {
-		return err
+	qn := 0
+	if qkNorm {
+		qn = 1
 	}
-	args := []arg{ptrArg(q.ptr), ptrArg(kk.ptr), ptrArg(v.ptr), ptrArg(qw.ptr), ptrArg(kw.ptr), intArg(boolInt(qkNorm)), f32Arg(eps),
+	// The first layer of a step writes the batch's table; the others read
+	// it.
+	if b.Rope.bytes < 4*T*rotaryDim {
+		table, err := k.d.persistent("rope_table", 4*T*rotaryDim)
+		if err != nil {
+			return err
+		}
+		if err := k.RoPETable(table, b.Pos, T, rotaryDim, theta); err != nil {
+			return err
+		}
+		b.Rope = table
+	}
+	args := []arg{ptrArg(q.ptr), ptrArg(kk.ptr), ptrArg(v.ptr), ptrArg(qw.ptr), ptrArg(kw.ptr), intArg(qn), f32Arg(eps),
 		ptrArg(b.Pos.ptr), intArg(H), intArg(p.KVHeads), intArg(p.HeadDim), intArg(rotaryDim), ptrArg(b.Rope.ptr),
 		ptrArg(p.K.ptr), ptrArg(p.V.ptr), intArg(int(p.DType)), f32Arg(p.KScale), f32Arg(p.VScale),
 		ptrArg(b.Tables.ptr), intArg(b.Stride), ptrArg(b.Seq.ptr), intArg(p.BlockSize)}
@@ -231,31 +244,6 @@ func (k *K) QKNormRoPE(q, kk, v, qw, kw Buf, qkNorm bool, eps float32, p *KVPool
 			append(args, intArg(T))...)
 	}
 	return k.d.launch("lb_qk_norm_rope", [3]int{T, 1, 1}, [3]int{32 * qkNormRoPEWarps, 1, 1}, 0, args...)
-}
-
-// ropeTable gives the batch its RoPE table (Batch.Rope): the first layer
-// of a step writes it; the others read it.
-func (k *K) ropeTable(b *Batch, T, rotaryDim int, theta float64) error {
-	if b.Rope.bytes >= 4*T*rotaryDim {
-		return nil
-	}
-	table, err := k.d.persistent("rope_table", 4*T*rotaryDim)
-	if err != nil {
-		return err
-	}
-	if err := k.RoPETable(table, b.Pos, T, rotaryDim, theta); err != nil {
-		return err
-	}
-	b.Rope = table
-	return nil
-}
-
-// boolInt is a kernel's int flag.
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // RoPETable writes into table (T·rotaryDim float32s: a (cos, sin) pair a

@@ -95,7 +95,6 @@ func TestKernelsWaitFirst(t *testing.T) {
 	// first.
 	for _, v := range []string{"d64", "d64_q1", "d128", "d128_q1", "d64_fp8", "d64_q1_fp8", "d128_fp8", "d128_q1_fp8"} {
 		copiesFirst["lb_flash_decode_"+v] = "fd_run"
-		copiesFirst["lb_flash_decode_rope_"+v] = "fd_run"
 	}
 	// waitsVia says whether body calls the first helper of chain, each
 	// helper the next, and the last lb_pdl_wait.

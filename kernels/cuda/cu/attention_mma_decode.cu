@@ -88,26 +88,11 @@ __device__ __forceinline__ void fd_merge(float *out, u32 *xs, int nc, int nt, co
 	}
 }
 
-// fd_plain is fd_run's preparation of a tile when q/k-norm with RoPE and
-// the KV write ran before (lb_qk_norm_rope*): the step's rows of the first
-// chunk c are copied from the cache with the rest (first_copy: from the
-// first row the early copies left), q staged from memory.
-// rope_attention_decode.cu's fd_rope does that work itself.
-struct fd_plain {
-	__device__ __forceinline__ int first_copy(int older, int, int) const { return older; }
-	template <int DH, int QT, bool F8>
-	__device__ __forceinline__ void stage(u16 *qs, u16 *, u16 *, u8 *, u8 *, const float *q, u8 *, u8 *, const i64 *,
-	                                      const int *, int, int t0, int n, int G, int kh, int H, int, int,
-	                                      int) const {
-		fa_stage_q<DH, QT>(qs, q, t0, n, G, kh, H, threadIdx.x, blockDim.x);
-	}
-};
-
-template <int DH, int QT, bool F8, typename Prep = fd_plain>
+template <int DH, int QT, bool F8>
 __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8 *kp, const u8 *vp, const int *tables,
                                        int stride, const int *seq, const int *pos, const int *part_off, const int *work,
                                        int bs, int H, int KVH, float scale, float *out, int *arrive, u32 *xs, int nc,
-                                       int nt, float vscale, const Prep &prep = Prep()) {
+                                       int nt, float vscale) {
 	constexpr int LD = DH + 8, DC = DH / 16, DPW = DH / 64; // DPW: 16-dim groups of o a warp
 	constexpr int KV = FA_CHUNK * LD;                        // one k or v chunk, in u16
 	const int at[6] = {0, 1, 2, 0, 1, 0};
@@ -149,15 +134,13 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	else
 		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], 0, older);
 	lb_pdl_wait();
-	int from = prep.first_copy(older, c, pmax);
 	if (F8)
-		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0], from);
+		fa_copy8<DH>(st8, st8 + K8, kp, vp, rows[0], older);
 	else
-		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], from);
+		fa_copy<DH>(kv0, kv0 + KV, kp, vp, rows[0], older);
 	cp_async_commit();
 	fa_rows(rows[1], blocks, bs, KVH, kh, DH, (c + Z) * FA_CHUNK, pmax);
-	prep.template stage<DH, QT, F8>(qs, kv0, kv0 + KV, st8, st8 + K8, q, (u8 *)kp, (u8 *)vp, rows[0], blocks, bs, t0, n,
-	                                G, kh, H, KVH, Z, pmax);
+	fa_stage_q<DH, QT>(qs, q, t0, n, G, kh, H, tid, blockDim.x);
 	const float ninf = -__int_as_float(0x7f800000), sl = fa_log2e_scale(scale);
 	for (int it = 0; c * FA_CHUNK <= pmax; c += Z, it++) {
 		int b = it & 1;

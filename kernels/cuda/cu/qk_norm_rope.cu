@@ -61,54 +61,6 @@ __device__ __forceinline__ float qkr_rsqrt(float s, int Dh, float eps) {
 #define QKR_WARPS 32
 #define QKRW_WARPS 8
 
-// qkr_apply is a warp's q or k head of E·32 elements, lane l holding
-// elements l, l + 32, ... in v, normalized (when qk_norm; w: the norm's
-// weights at the same elements) and its first HM·64 rotated (cs: the
-// table's entries l, l + 32, ...), into o. Every kernel that does this
-// work calls it (lb_qk_norm_rope_w through qkr_vals, and
-// rope_attention_decode.cu's after loading its heads together), so that
-// they give the same bits.
-template <int E, int HM>
-__device__ __forceinline__ void qkr_apply(float o[E], const float v[E], const float w[E], const float2 cs[HM],
-                                          int qk_norm, float eps) {
-	float x[E];
-#pragma unroll
-	for (int m = 0; m < E; m++) x[m] = v[m];
-	if (qk_norm) {
-		float s = 0.0f;
-#pragma unroll
-		for (int m = 0; m < E; m++) s = __fmaf_rn(x[m], x[m], s);
-		float r = qkr_rsqrt(warp_sum(s), E * 32, eps);
-#pragma unroll
-		for (int m = 0; m < E; m++) x[m] = qkr_normed(x[m], r, w[m]);
-	}
-#pragma unroll
-	for (int m = 0; m < E; m++) {
-		if (m < HM) o[m] = qkr_rotate(x[m], x[m + HM], cs[m], true);
-		else if (m < 2 * HM) o[m] = qkr_rotate(x[m], x[m - HM], cs[m - HM], false);
-		else o[m] = x[m];
-	}
-}
-
-// qkr_vals is qkr_apply on head x, the norm's weights w and the token's
-// table row cs as they lie in memory.
-template <int E, int HM>
-__device__ __forceinline__ void qkr_vals(float o[E], const float *x, const float *w, int qk_norm, float eps,
-                                         const float2 *cs) {
-	const int lane = threadIdx.x & 31;
-	float v[E], wv[E];
-	float2 c[HM];
-#pragma unroll
-	for (int m = 0; m < E; m++) {
-		v[m] = x[lane + 32 * m];
-		wv[m] = 0.0f;
-		if (qk_norm) wv[m] = w[lane + 32 * m];
-	}
-#pragma unroll
-	for (int m = 0; m < HM; m++) c[m] = cs[lane + 32 * m];
-	qkr_apply<E, HM>(o, v, wv, c, qk_norm, eps);
-}
-
 // qkr_head_w is lb_qk_norm_rope_w's work for one q or k head x (in place)
 // of E·32 elements, the first HM·64 rotated; kp, when not null, is the
 // key cache, and kdst the index of the head's first element there.
@@ -116,8 +68,23 @@ template <int E, int HM>
 __device__ __forceinline__ void qkr_head_w(float *x, const float *w, int qk_norm, float eps, const float2 *cs, u8 *kp,
                                            i64 kdst, int dtype, float kscale) {
 	const int lane = threadIdx.x & 31;
-	float o[E];
-	qkr_vals<E, HM>(o, x, w, qk_norm, eps, cs);
+	float v[E], o[E];
+#pragma unroll
+	for (int m = 0; m < E; m++) v[m] = x[lane + 32 * m];
+	if (qk_norm) {
+		float s = 0.0f;
+#pragma unroll
+		for (int m = 0; m < E; m++) s = __fmaf_rn(v[m], v[m], s);
+		float r = qkr_rsqrt(warp_sum(s), E * 32, eps);
+#pragma unroll
+		for (int m = 0; m < E; m++) v[m] = qkr_normed(v[m], r, w[lane + 32 * m]);
+	}
+#pragma unroll
+	for (int m = 0; m < E; m++) {
+		if (m < HM) o[m] = qkr_rotate(v[m], v[m + HM], cs[lane + 32 * m], true);
+		else if (m < 2 * HM) o[m] = qkr_rotate(v[m], v[m - HM], cs[lane + 32 * (m - HM)], false);
+		else o[m] = v[m];
+	}
 #pragma unroll
 	for (int m = 0; m < E; m++) x[lane + 32 * m] = o[m];
 	if (kp) {
