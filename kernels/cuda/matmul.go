@@ -292,12 +292,18 @@ func (k *K) TermsBF16For(T, in int) (Terms, error) {
 }
 
 func (k *K) termsFor(T, in, nt int) (Terms, error) {
+	return k.termsIn("mma_terms", T, in, nt)
+}
+
+// termsIn returns terms of nt terms for a [T, in] input in the device's
+// persistent buffer name.
+func (k *K) termsIn(name string, T, in, nt int) (Terms, error) {
 	groups := (T + 7) / 8
 	if T > mmaGemvTokens {
 		groups = (T + mmaTokPad - 1) / mmaTokPad * mmaTokPad / 8
 	}
 	nc := (in + 15) / 16
-	b, err := k.d.persistent("mma_terms", groups*nc*3*32*8)
+	b, err := k.d.persistent(name, groups*nc*3*32*8)
 	return Terms{b, T, in, groups, nt}, err
 }
 
@@ -453,9 +459,7 @@ func (k *K) MatMulSiLUTerms(t, out Terms, gate, up *Weight) (bool, error) {
 // own, apart from TermsFor's: MatMulSiLUTerms writes them while it still
 // reads its input terms.
 func (k *K) SiLUTermsFor(T, in int) (Terms, error) {
-	groups := (T + 7) / 8
-	b, err := k.d.persistent("mma_terms_silu", groups*((in+15)/16)*3*32*8)
-	return Terms{b, T, in, groups, 1}, err
+	return k.termsIn("mma_terms_silu", T, in, 1)
 }
 
 // MatMulTermsAdd is y += w·x for the terms t of x, where MatMulTerms would
