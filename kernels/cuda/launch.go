@@ -501,40 +501,68 @@ const topKChunk = 2048
 // entries (largest first, ties by ascending id), their log-probabilities
 // and the count of entries at least as probable as the k-th (topk.cu:
 // three launches, the row spread over ⌈V / 2048⌉ blocks), and copies them
-// back.
+// back: TopKInto on scratch buffers, then TopKRead.
 func (k *K) TopK(logits Buf, rows, V, n int) (ids []int32, vals, lps []float32, ties []int32, err error) {
-	if n < 1 || n > TopKMax || n > V || logits.bytes < 4*rows*V {
-		return nil, nil, nil, nil, fmt.Errorf("cuda: TopK of %d from %d rows of %d in %d bytes", n, rows, V, logits.bytes)
-	}
-	out, err := k.Scratch(4 * rows * (3*n + 1))
+	outBytes, workBytes := TopKBytes(rows, V)
+	out, err := k.Scratch(outBytes)
 	if err != nil {
 		return nil, nil, nil, nil, err
+	}
+	work, err := k.Scratch(workBytes)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if err := k.TopKInto(logits, rows, V, n, out, work); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return k.TopKRead(out, rows, n)
+}
+
+// TopKBytes is the size of TopKInto's out and work buffers for rows rows
+// of V entries and any n up to TopKMax.
+func TopKBytes(rows, V int) (out, work int) {
+	C := (V + topKChunk - 1) / topKChunk
+	return 4 * rows * (3*TopKMax + 1), 4 * rows * (2*C + 2*C*TopKMax + 2)
+}
+
+// TopKInto launches TopK's three kernels, leaving the result in out for
+// TopKRead; work is their work space (sizes: TopKBytes). It only
+// launches, so a decode step's graph captures it with the step (the
+// runtime's ForwardTop) and one copy brings back the rows' best entries.
+func (k *K) TopKInto(logits Buf, rows, V, n int, out, work Buf) error {
+	outBytes, workBytes := TopKBytes(rows, V)
+	if n < 1 || n > TopKMax || n > V || logits.bytes < 4*rows*V || out.bytes < outBytes || work.bytes < workBytes {
+		return fmt.Errorf("cuda: TopK of %d from %d rows of %d in %d bytes (out %d, work %d)", n, rows, V, logits.bytes,
+			out.bytes, work.bytes)
 	}
 	C := (V + topKChunk - 1) / topKChunk
 	// The work space: each chunk's max and sum, its candidates' keys and
 	// ids, each row's lse and k-th log-probability.
-	work, err := k.Scratch(4 * rows * (2*C + 2*C*n + 2))
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
 	at := func(b Buf, from, to int) Buf { return b.Slice(4*rows*from, 4*rows*to) } // in float32s a row
 	stats, keys, cands, lseLast := at(work, 0, 2*C), at(work, 2*C, 2*C+C*n), at(work, 2*C+C*n, 2*C+2*C*n), at(work, 2*C+2*C*n, 2*C+2*C*n+2)
 	part := func(i int) Buf { return at(out, n*i, n*(i+1)) }
 	tiesBuf := at(out, 3*n, 3*n+1)
 	if err := k.d.launch("lb_topk_chunks", [3]int{C, rows, 1}, [3]int{256, 1, 1}, 0, ptrArg(logits.ptr), intArg(V), intArg(n),
 		ptrArg(stats.ptr), ptrArg(keys.ptr), ptrArg(cands.ptr)); err != nil {
-		return nil, nil, nil, nil, err
+		return err
 	}
 	if err := k.d.launch("lb_topk_merge", [3]int{rows, 1, 1}, [3]int{1024, 1, 1}, 0, intArg(V), intArg(n), intArg(C),
 		ptrArg(stats.ptr), ptrArg(keys.ptr), ptrArg(cands.ptr), ptrArg(part(0).ptr), ptrArg(part(1).ptr),
 		ptrArg(part(2).ptr), ptrArg(tiesBuf.ptr), ptrArg(lseLast.ptr)); err != nil {
-		return nil, nil, nil, nil, err
+		return err
 	}
-	if err := k.d.launch("lb_topk_ties", [3]int{C, rows, 1}, [3]int{256, 1, 1}, 0, ptrArg(logits.ptr), intArg(V),
-		ptrArg(lseLast.ptr), ptrArg(tiesBuf.ptr)); err != nil {
-		return nil, nil, nil, nil, err
-	}
+	return k.d.launch("lb_topk_ties", [3]int{C, rows, 1}, [3]int{256, 1, 1}, 0, ptrArg(logits.ptr), intArg(V),
+		ptrArg(lseLast.ptr), ptrArg(tiesBuf.ptr))
+}
+
+// TopKRead copies back what TopKInto left in out for rows rows and n
+// entries a row: each row's ids, logits and log-probabilities, one after
+// the other, then each row's count of ties.
+func (k *K) TopKRead(out Buf, rows, n int) (ids []int32, vals, lps []float32, ties []int32, err error) {
 	host := make([]int32, rows*(3*n+1))
+	if 4*len(host) > out.bytes {
+		return nil, nil, nil, nil, fmt.Errorf("cuda: TopKRead of %d rows of %d from %d bytes", rows, n, out.bytes)
+	}
 	if err := k.Download(asBytes(host, len(host)), out); err != nil {
 		return nil, nil, nil, nil, err
 	}
