@@ -60,14 +60,18 @@ type cudaLayer struct {
 }
 
 // cudaActs are the device buffers of a forward of up to t tokens, rows
-// logits rows and tables block-table entries: activations, and the batch
-// description the kernels read (uploaded before each forward, at fixed
-// addresses so that a captured graph finds them).
+// logits rows and tables block-table entries: activations, the batch
+// description the kernels read (ids to tablesBuf: spans of desc, uploaded
+// from descHost with one copy before each forward, at fixed addresses so
+// that a captured graph finds them) and the rows' best entries (topOut,
+// topWork: ForwardTop's, cuda.TopKInto's).
 type cudaActs struct {
 	t, rows, tables                         int
 	x, h, n, q, k, v, att, gate, up, logits cuda.Buf
 	ids, pos, seq, rowsIdx, partOff, work   cuda.Buf
-	tablesBuf                               cuda.Buf
+	tablesBuf, desc                         cuda.Buf
+	descHost                                []int32
+	topOut, topWork                         cuda.Buf
 }
 
 // NewCUDAExecutor uploads m's weights to d and allocates a KV pool of
@@ -251,25 +255,28 @@ func (e *CUDAExecutor) reserve(t, rows, tables int) error {
 	if t <= a.t && rows <= a.rows && tables <= a.tables {
 		return nil
 	}
-	for _, b := range []cuda.Buf{a.x, a.h, a.n, a.q, a.k, a.v, a.att, a.gate, a.up, a.logits, a.ids, a.pos, a.seq, a.rowsIdx, a.partOff, a.work, a.tablesBuf} {
+	for _, b := range []cuda.Buf{a.x, a.h, a.n, a.q, a.k, a.v, a.att, a.gate, a.up, a.logits, a.desc, a.topOut, a.topWork} {
 		e.free(b)
 	}
 	d := e.m.d
 	t, rows, tables = max(t, a.t), max(rows, a.rows), max(tables, a.tables, 64)
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	n := cudaActs{t: t, rows: rows, tables: tables}
+	topOut, topWork := cuda.TopKBytes(rows, d.vocab)
 	var err error
 	for _, f := range []struct {
 		dst   *cuda.Buf
-		elems int
-	}{{&n.x, t * d.hidden}, {&n.h, t * d.hidden}, {&n.n, t * d.hidden}, {&n.q, t * qd}, {&n.k, t * kvd}, {&n.v, t * kvd},
-		{&n.att, t * qd}, {&n.gate, t * d.inter}, {&n.up, t * d.inter}, {&n.logits, rows * d.vocab},
-		{&n.ids, t}, {&n.pos, t}, {&n.seq, t}, {&n.rowsIdx, rows}, {&n.partOff, t}, {&n.work, 2 * t}, {&n.tablesBuf, tables}} {
-		if *f.dst, err = e.alloc(4 * f.elems); err != nil {
+		bytes int
+	}{{&n.x, 4 * t * d.hidden}, {&n.h, 4 * t * d.hidden}, {&n.n, 4 * t * d.hidden}, {&n.q, 4 * t * qd},
+		{&n.k, 4 * t * kvd}, {&n.v, 4 * t * kvd}, {&n.att, 4 * t * qd}, {&n.gate, 4 * t * d.inter},
+		{&n.up, 4 * t * d.inter}, {&n.logits, 4 * rows * d.vocab}, {&n.desc, 4 * n.descLen()},
+		{&n.topOut, topOut}, {&n.topWork, topWork}} {
+		if *f.dst, err = e.alloc(f.bytes); err != nil {
 			e.act = cudaActs{}
 			return err
 		}
 	}
+	n.descSpans()
 	e.act = n
 	e.bufGen++
 	return nil
@@ -289,7 +296,7 @@ func (e *CUDAExecutor) Forward(batch []BatchEntry) ([]float32, error) {
 // fresh pages).
 func (e *CUDAExecutor) ForwardInto(batch []BatchEntry, dst []float32) ([]float32, error) {
 	var logits []float32
-	err := e.forward(batch, func(k *cuda.K, rows int) error {
+	err := e.forward(batch, 0, func(k *cuda.K, rows int) error {
 		if rows == 0 {
 			return nil
 		}
@@ -318,15 +325,19 @@ func (e *CUDAExecutor) ForwardTop(batch []BatchEntry, k int, full []bool, dst []
 	}
 	var rows []float32
 	var tops []TopLogits
-	err := e.forward(batch, func(kk *cuda.K, n int) error {
+	whole := 0
+	for _, f := range full {
+		if f {
+			whole++
+		}
+	}
+	top := k
+	if whole == len(full) {
+		top = 0
+	}
+	err := e.forward(batch, top, func(kk *cuda.K, n int) error {
 		if n != len(full) {
 			return fmt.Errorf("runtime: ForwardTop: %d logits rows, %d marks", n, len(full))
-		}
-		whole := 0
-		for _, f := range full {
-			if f {
-				whole++
-			}
 		}
 		rows = logitsBuffer(dst, whole*V)
 		w := 0
@@ -338,10 +349,10 @@ func (e *CUDAExecutor) ForwardTop(batch []BatchEntry, k int, full []bool, dst []
 				w++
 			}
 		}
-		if whole == n {
+		if top == 0 {
 			return nil
 		}
-		ids, vals, lps, ties, err := kk.TopK(e.act.logits, n, V, k)
+		ids, vals, lps, ties, err := kk.TopKRead(e.act.topOut, n, k)
 		if err != nil {
 			return err
 		}
@@ -356,10 +367,11 @@ func (e *CUDAExecutor) ForwardTop(batch []BatchEntry, k int, full []bool, dst []
 	return rows, tops, err
 }
 
-// forward runs the batch on the device; collect, inside the same Run once
-// the forward is queued, copies back what the caller wants of the rows
-// logits rows in act.logits.
-func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows int) error) error {
+// forward runs the batch on the device, then with top > 0 reduces each
+// logits row to its top best entries (cuda.TopKInto, into act.topOut);
+// collect, inside the same Run once both are queued, copies back what the
+// caller wants of the rows logits rows in act.logits.
+func (e *CUDAExecutor) forward(batch []BatchEntry, top int, collect func(k *cuda.K, rows int) error) error {
 	m, d := e.m, e.m.d
 	T, rows, err := m.checkBatch(batch, e.blocks, e.blockSize)
 	if err != nil {
@@ -423,7 +435,15 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows 
 	if err := e.d.ReserveAttention(&plan, d.heads, d.kvHeads, d.headDim); err != nil {
 		return err
 	}
-	key := graphKey{T, stride, plan.Split}
+	// The step, then (top > 0) each logits row's top best entries into
+	// act.topOut, so that a decode step's graph holds both.
+	run := func(k *cuda.K) error {
+		if err := e.step(k, T, rows, stride, plan); err != nil || top == 0 {
+			return err
+		}
+		return k.TopKInto(e.act.logits, rows, d.vocab, top, e.act.topOut, e.act.topWork)
+	}
+	key := graphKey{T, stride, plan.Split, top}
 	g := e.graphs[key]
 	if g != nil && (g.Gen != e.d.Generation() || e.graphGen[key] != e.bufGen) {
 		e.d.Destroy(g)
@@ -431,20 +451,14 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows 
 		g = nil
 	}
 	err = e.d.Run(func(k *cuda.K) error {
-		a := &e.act
-		for _, in := range []struct {
-			dst cuda.Buf
-			src []int32
-		}{{a.ids, ids}, {a.pos, pos}, {a.seq, seq}, {a.tablesBuf, tables}, {a.rowsIdx, rowIdx}, {a.partOff, plan.PartOff}, {a.work, plan.Work}} {
-			if err := k.UploadTo(in.dst, i32Bytes(in.src)); err != nil {
-				return err
-			}
+		if err := k.UploadTo(e.act.desc, i32Bytes(e.act.pack(ids, pos, seq, plan.PartOff, plan.Work, rowIdx, tables))); err != nil {
+			return err
 		}
 		if g != nil {
 			if err := k.Launch(g); err != nil {
 				return err
 			}
-		} else if err := e.step(k, T, rows, stride, plan); err != nil {
+		} else if err := run(k); err != nil {
 			return err
 		}
 		return collect(k, rows)
@@ -454,7 +468,7 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, collect func(k *cuda.K, rows 
 	}
 	if decode && g == nil && len(e.graphs) < maxGraphs {
 		// The eager run just sized every buffer this shape needs.
-		if g, err := e.d.Capture(func(k *cuda.K) error { return e.step(k, T, rows, stride, plan) }); err == nil {
+		if g, err := e.d.Capture(run); err == nil {
 			e.graphs[key] = g
 			e.graphGen[key] = e.bufGen
 		}
@@ -469,6 +483,37 @@ const maxGraphs = 512
 type graphKey struct {
 	tokens, stride int
 	split          bool
+	top            int
+}
+
+// descLen is the int32 count of the batch description for t tokens, rows
+// logits rows and tables table entries: ids, pos, seq, partOff (t each),
+// work (2t), rowsIdx (rows), tables.
+func (a *cudaActs) descLen() int { return 6*a.t + a.rows + a.tables }
+
+// descSpans points ids ... tablesBuf at their spans of desc.
+func (a *cudaActs) descSpans() {
+	at := func(from, n int) cuda.Buf { return a.desc.Slice(4*from, 4*(from+n)) }
+	a.ids, a.pos, a.seq, a.partOff = at(0, a.t), at(a.t, a.t), at(2*a.t, a.t), at(3*a.t, a.t)
+	a.work, a.rowsIdx, a.tablesBuf = at(4*a.t, 2*a.t), at(6*a.t, a.rows), at(6*a.t+a.rows, a.tables)
+}
+
+// pack lays a batch's description out as desc holds it, in descHost, and
+// returns the part to upload (through the last table entry): one copy
+// instead of one a span, each of which the GPU would wait for in turn
+// between two steps.
+func (a *cudaActs) pack(ids, pos, seq, partOff, work, rowsIdx, tables []int32) []int32 {
+	if len(a.descHost) < a.descLen() {
+		a.descHost = make([]int32, a.descLen())
+	}
+	h := a.descHost
+	for _, s := range []struct {
+		from int
+		src  []int32
+	}{{0, ids}, {a.t, pos}, {2 * a.t, seq}, {3 * a.t, partOff}, {4 * a.t, work}, {6 * a.t, rowsIdx}, {6*a.t + a.rows, tables}} {
+		copy(h[s.from:], s.src)
+	}
+	return h[:6*a.t+a.rows+len(tables)]
 }
 
 func f32Bytes(s []float32) []byte {

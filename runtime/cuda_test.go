@@ -4,6 +4,7 @@ package runtime
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -364,5 +365,74 @@ func TestCUDAGraphReplay(t *testing.T) {
 	replay, err := gpu.Forward(step)
 	if err != nil || !sameBits(eager, replay) {
 		t.Fatalf("replay after a prefill: err %v, same %v", err, sameBits(eager, replay))
+	}
+}
+
+// TestCUDAForwardTopGraph: ForwardTop's best entries, reduced on the device
+// inside the decode step's graph (cuda.TopKInto captured with the step),
+// are those of the whole logits rows that Forward returns for the same
+// batch, on the eager run that captures the graph and on its replays;
+// rows marked whole come back whole, bit for bit.
+func TestCUDAForwardTopGraph(t *testing.T) {
+	d := cudaDevice(t)
+	ops, err := cpu.New()
+	if err != nil {
+		t.Skip(err)
+	}
+	defer ops.Close()
+	m := loadModel(t, tinyModel(t, checkpoint.Qwen3), ops)
+	gpu, err := NewCUDAExecutor(m, d, 64, 16, kernels.KVBF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpu.Close()
+	a, b, c := []int32{3, 9}, []int32{5}, []int32{11}
+	if _, err := gpu.Forward([]BatchEntry{{Blocks: a, Tokens: []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}},
+		{Blocks: b, Tokens: []int{7, 8, 9}}, {Blocks: c, Tokens: []int{4, 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Each run writes its step's positions with other tokens than the run
+	// before (so that a reduction left over from an earlier run, or from
+	// the eager run, cannot pass) and compares against Forward of the same
+	// step just before: both write the same cache rows.
+	V := m.d.vocab
+	full := []bool{false, true, false}
+	for _, k := range []int{1, 5, cuda.TopKMax} {
+		for run := range 3 { // the eager run that captures, then replays
+			tok := 40 + 3*run + k%7
+			step := []BatchEntry{{Blocks: a, Start: 17, Tokens: []int{tok}, Logits: 1}, {Blocks: b, Start: 3, Tokens: []int{tok + 1}, Logits: 1},
+				{Blocks: c, Start: 2, Tokens: []int{tok + 2}, Logits: 1}}
+			want, err := gpu.Forward(step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lp := logSoftmax(want, V)
+			rows, tops, err := gpu.ForwardTop(step, k, full, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameBits(rows, want[V:2*V]) {
+				t.Fatalf("k %d run %d: the whole row differs from Forward's (max |Δ| %.3g)", k, run, maxDiff(rows, want[V:2*V]))
+			}
+			for r, f := range full {
+				if f {
+					continue
+				}
+				ref := TopLogitsOf(want[r*V:(r+1)*V], lp[r*V:(r+1)*V], k)
+				got := tops[r]
+				if !slices.Equal(got.IDs, ref.IDs) || !sameBits(got.Logits, ref.Logits) || got.Ties != ref.Ties {
+					t.Fatalf("k %d run %d row %d: ids %v logits %v ties %d, want %v %v %d", k, run, r, got.IDs, got.Logits, got.Ties,
+						ref.IDs, ref.Logits, ref.Ties)
+				}
+				// The device's log-sum-exp sums by chunks (topk.cu): within
+				// float32 rounding of the host's.
+				if dd := maxDiff(got.Logprobs, ref.Logprobs); dd > 1e-5 {
+					t.Fatalf("k %d run %d row %d: logprobs differ by %.3g", k, run, r, dd)
+				}
+			}
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(gpu.graphs)), func(g graphKey) bool { return g.tokens == 3 && g.top == k }) {
+			t.Fatalf("k %d: no graph captured with the top-k reduction (graphs %v)", k, slices.Collect(maps.Keys(gpu.graphs)))
+		}
 	}
 }
