@@ -68,14 +68,19 @@ if part decode; then
 echo "== batch-1 decode and TTFT on the device-resident forward (Qwen3-0.6B, Qwen3-8B shapes; DECODE_ACTS: the generated rows' activations)"
 # DECODE_ENVS: ';'-separated settings to run each benchmark under in turn
 # (";LOWBIT_PDL=0": the default, then without programmatic dependent
-# launch); DECODE_LINES: how many lines of each to show (all go to bench).
+# launch); DECODE_LINES: how many lines of each to show (all go to bench);
+# DECODE_BINS: the runtime test binaries in .device/bin to run each
+# setting with, in turn (default runtime.test; an older build carried
+# beside it, say runtime_old.test, measures a change in the same call).
 IFS=';' read -ra envs <<<"${DECODE_ENVS:-}"
 [ ${#envs[@]} -gt 0 ] || envs=("")
 for act in ${DECODE_ACTS:-bf16 float32}; do
 for size in ${DECODE_SIZES:-qwen3-0.6b qwen3-8b}; do
 for setting in "${envs[@]}"; do
-	echo "-- $size, $act activations${setting:+, $setting}" | tee -a "$bench"
-	(cd runtime && env $setting LOWBIT_ACTIVATIONS=$act LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/runtime.test -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -${DECODE_LINES:-24}
+for bin in ${DECODE_BINS:-runtime.test}; do
+	echo "-- $size, $act activations${setting:+, $setting}, $bin" | tee -a "$bench"
+	(cd runtime && env $setting LOWBIT_ACTIVATIONS=$act LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/$bin -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -${DECODE_LINES:-24}
+done
 done
 done
 done
