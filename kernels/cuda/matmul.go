@@ -466,7 +466,9 @@ func (k *K) SiLUTermsFor(T, in int) (Terms, error) {
 // run lb_mma_gemv_bulk or _bulk1 (a decode step of a few tokens): the
 // float32 sum each output gets is MatMulTerms's, added to y once, the bits
 // of MatMulTerms then Add. It reports false, and does nothing, where
-// another kernel would run.
+// another kernel would run. The kernel reads y's old values before it
+// waits for the kernel launched just before it (programmatic dependent
+// launch), so that one must not write y.
 func (k *K) MatMulTermsAdd(t Terms, y Buf, w *Weight) (bool, error) {
 	if !w.Tiled || w.In != t.In {
 		return false, fmt.Errorf("cuda: MatMulTermsAdd: a %dx%d weight (tiled %v) on terms of width %d", w.Out, w.In, w.Tiled, t.In)

@@ -181,20 +181,37 @@ __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, co
 	}
 }
 
+#define MMA_ADD_HELD 2 // the outputs a thread adds whose old y mma_gemv_held loads
+
+// mma_gemv_held loads the old y that mma_gemv_add with acc adds to, for
+// the first MMA_ADD_HELD of this thread's outputs (i = threadIdx.x,
+// + blockDim.x, ...), into held: a kernel may load them before it waits,
+// so that the load's latency leaves the tail of its last block (y must
+// then not be written by the kernel launched just before).
+__device__ __forceinline__ void mma_gemv_held(float *held, const float *y, int m, int out, int n0, int ng, int T) {
+#pragma unroll
+	for (int k = 0; k < MMA_ADD_HELD; k++) {
+		int i = threadIdx.x + k * blockDim.x, n = i >> 7, r = (i >> 3) & 15, tk = i & 7;
+		int row = 16 * m + r, t = 8 * (n0 + n) + tk;
+		held[k] = (i < ng * 128 && row < out && t < T) ? y[(i64)t * out + row] : 0.0f;
+	}
+}
+
 // mma_gemv_add writes y for row tile m and ng token groups from n0: each
 // output the sum of its spans' sums in part, in span order from 0 (after
 // the block's barrier); with acc, y + that sum (the residual add of
-// lb_add_rmsnorm_terms, the same float32 addition).
+// lb_add_rmsnorm_terms, the same float32 addition), y's old values taken
+// from held (mma_gemv_held) where given.
 __device__ __forceinline__ void mma_gemv_add(float *y, const float *part, int m, int out, int n0, int ng, int spans,
-                                             int T, int acc = 0) {
-	for (int i = threadIdx.x; i < ng * 128; i += blockDim.x) {
+                                             int T, int acc = 0, const float *held = 0) {
+	for (int i = threadIdx.x, k = 0; i < ng * 128; i += blockDim.x, k++) {
 		int n = i >> 7, r = (i >> 3) & 15, tk = i & 7;
 		int row = 16 * m + r, t = 8 * (n0 + n) + tk;
 		if (row < out && t < T) {
 			float sum = 0.0f;
 			for (int s = 0; s < spans; s++) sum += part[((s * ng + n) * 16 + r) * 8 + tk];
 			float *yo = y + (i64)t * out + row;
-			*yo = acc ? *yo + sum : sum;
+			*yo = acc ? (held && k < MMA_ADD_HELD ? held[k] : *yo) + sum : sum;
 		}
 	}
 }

@@ -129,6 +129,11 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	mma_pick(&m, 16, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
 	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
+	// With acc, the residual stream's old values are loaded before the wait
+	// (inside mma_bulk_spans): the kernels a decode step runs just before
+	// (the attention, the SiLU product) do not write it.
+	float held[MMA_ADD_HELD];
+	if (acc) mma_gemv_held(held, y, m, out, n0, ng, T);
 	// Row tile m: nc tiles of 32 uint4, one after the other; this warp's
 	// spans: wi, wi + nw, ...
 	mma_bulk_spans(smem + wi * ring * MMA_SPAN * 32, bars[wi], w + (i64)m * nc * 32, nc, wi, nw, ring,
@@ -136,7 +141,7 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 		               mma_gemv_span<false, TERMS>(part, slot, xs, nc, s, n0, ng, T, lane, wait);
 	               });
 	__syncthreads();
-	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc);
+	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc, acc ? held : 0);
 }
 
 // lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
@@ -144,7 +149,8 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 // by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
 // acc: y += W·x (a decode step's o and down projections add into the
 // residual stream, so that the norm after them has no add and spreads
-// over blocks: lb_rmsnorm_terms_slices).
+// over blocks: lb_rmsnorm_terms_slices), y's old values read before the
+// wait: the kernel launched just before must not write y.
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
