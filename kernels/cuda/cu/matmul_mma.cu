@@ -187,13 +187,14 @@ __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, co
 // the first MMA_ADD_HELD of this thread's outputs (i = threadIdx.x,
 // + blockDim.x, ...), into held: a kernel may load them before it waits,
 // so that the load's latency leaves the tail of its last block (y must
-// then not be written by the kernel launched just before).
+// then not be written by the kernel launched just before; read from L2,
+// which the kernels before it have flushed to by then).
 __device__ __forceinline__ void mma_gemv_held(float *held, const float *y, int m, int out, int n0, int ng, int T) {
 #pragma unroll
 	for (int k = 0; k < MMA_ADD_HELD; k++) {
 		int i = threadIdx.x + k * blockDim.x, n = i >> 7, r = (i >> 3) & 15, tk = i & 7;
 		int row = 16 * m + r, t = 8 * (n0 + n) + tk;
-		held[k] = (i < ng * 128 && row < out && t < T) ? y[(i64)t * out + row] : 0.0f;
+		held[k] = (i < ng * 128 && row < out && t < T) ? __ldcg(y + (i64)t * out + row) : 0.0f;
 	}
 }
 
