@@ -278,21 +278,22 @@ __device__ __forceinline__ void fd_run(float *partials, const float *q, const u8
 	}
 	// The tile's last block to finish merges its chunks (the tile's blocks
 	// with chunks: those of z ≤ pmax / FA_CHUNK), so that no lb_flash_merge
-	// launch follows: each block's partials are written before its arrival
-	// is counted (the fence), and the counter is left at 0 for the next
-	// launch.
+	// launch follows. The arrival is one acquire-release atomic at GPU
+	// scope: its release orders the block's partials (written before the
+	// barrier) before the count, its acquire the last block's reads of the
+	// others' partials (after the next barrier) after it, with no full
+	// fence on either side. The counter is left at 0 for the next launch.
 	__shared__ int s_last;
 	__syncthreads();
 	if (tid == 0) {
-		__threadfence();
-		int *cnt = arrive + blockIdx.x * KVH + kh;
+		int *cnt = arrive + blockIdx.x * KVH + kh, before;
 		int active = min(Z, pmax / FA_CHUNK + 1);
-		s_last = atomicAdd(cnt, 1) == active - 1;
+		asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(before) : "l"(cnt) : "memory");
+		s_last = before == active - 1;
 		if (s_last) *cnt = 0;
 	}
 	__syncthreads();
 	if (!s_last) return;
-	__threadfence();
 	fd_merge<DH>(out, xs, nc, nt, partials, pos, part_off, t0, n, G, kh, H, vscale);
 }
 
