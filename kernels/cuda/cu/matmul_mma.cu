@@ -104,19 +104,22 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 // so that it waits on no load (64 registers); else each is read by its
 // chunk, for kernels that trade that latency for occupancy. TERMS 1 takes
 // hi alone (BF16 activations, whose mid and lo are zeros: the same sums).
+// regs, where given, holds the span's fragments in registers already
+// (mma_bulk_spans's first span), read instead of the slot.
 template <bool HOLD = true, int TERMS = 3, typename BFrag>
-__device__ __forceinline__ void mma_span(float *acc, const uint4 *slot, int nch, int lane, BFrag b) {
+__device__ __forceinline__ void mma_span(float *acc, const uint4 *slot, int nch, int lane, BFrag b,
+                                         const uint4 *regs = 0) {
 	uint4 a[HOLD ? MMA_SPAN : 1];
 	if (HOLD) {
 #pragma unroll
 		for (int i = 0; i < MMA_SPAN; i++)
-			if (i < nch) a[HOLD ? i : 0] = slot[i * 32 + lane];
+			if (i < nch) a[HOLD ? i : 0] = regs ? regs[i] : slot[i * 32 + lane];
 	}
 	acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
 #pragma unroll
 	for (int i = 0; i < MMA_SPAN; i++) {
 		if (i < nch) {
-			if (!HOLD) a[0] = slot[i * 32 + lane];
+			if (!HOLD) a[0] = regs ? regs[i] : slot[i * 32 + lane];
 #pragma unroll
 			for (int j = 0; j < TERMS; j++) {
 				uint2 v = b(i, j);
@@ -149,10 +152,10 @@ __device__ __forceinline__ void mma_pick(int *m, int rows, float **y, const uint
 // loads of the span issued at once (one latency, not one a chunk; the
 // first group's before wait(), which returns once the slot's tiles have
 // landed), then the span's 48 mma; TERMS 1 loads and multiplies hi alone
-// (16 of each).
+// (16 of each). regs: as mma_span's.
 template <bool HOLD = true, int TERMS = 3, typename Wait>
 __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, const uint2 *xs, int nc, int s, int n0,
-                                              int ng, int T, int lane, Wait wait) {
+                                              int ng, int T, int lane, Wait wait, const uint4 *regs = 0) {
 	int g = lane >> 2, q = lane & 3, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
 	for (int n = 0; n < ng; n++) {
 		const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
@@ -174,7 +177,7 @@ __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, co
 				}
 		if (n == 0) wait();
 		float acc[4];
-		mma_span<HOLD, TERMS>(acc, slot, nch, lane, [&](int i, int j) { return b[i][j]; });
+		mma_span<HOLD, TERMS>(acc, slot, nch, lane, [&](int i, int j) { return b[i][j]; }, regs);
 		// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
 #pragma unroll
 		for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];

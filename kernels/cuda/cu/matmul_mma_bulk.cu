@@ -87,12 +87,20 @@ struct mbar_waiter {
 // mma_bulk_spans streams a warp's spans first, first + stride, ... of one
 // row tile (wt: its nc weight tiles, one after the other) through the
 // warp's ring of slots (bar: an mbarrier a slot) and calls use(s, slot,
-// wait) on each in order, wait returning once the slot's tiles have landed;
-// the slot takes the span ring spans on once use has returned (every lane
-// then holds its fragments of it in registers). The weights never change:
-// the ring's first copies start before lb_pdl_wait, while the kernel before
-// finishes (programmatic dependent launch); use reads the activations after.
-template <typename Use>
+// wait, regs) on each in order, wait returning once the slot's tiles have
+// landed; the slot takes the span ring spans on once use has returned
+// (every lane then holds its fragments of it in registers). The weights
+// never change: the ring's first copies start before lb_pdl_wait, while
+// the kernel before finishes (programmatic dependent launch); use reads
+// the activations after.
+//
+// HOLD1 (a ring of one slot, two spans or more): before the wait the warp
+// also takes its first span out of the slot into registers (64 a lane) and
+// sends its second span's copy into the slot, so that twice the weights
+// land while the kernel before runs (a decode step's o projection, 33.5 MB
+// on Qwen3-8B, then fits in the registers and slots of its blocks); use
+// then gets the first span's fragments as regs (else regs is null).
+template <bool HOLD1 = false, typename Use>
 __device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uint4 *wt, int nc, int first,
                                                int stride, int ring, Use use) {
 	int lane = threadIdx.x & 31, spans = (nc + MMA_SPAN - 1) / MMA_SPAN;
@@ -106,9 +114,24 @@ __device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uin
 		for (int k = 0; k < min(ring, mine); k++) issue(k);
 	}
 	__syncwarp();
+	uint4 held[HOLD1 ? MMA_SPAN : 1];
+	int k0 = 0;
+	if (HOLD1 && ring == 1 && mine >= 2) {
+		mbar_wait(&bar[0], 0);
+		int nch = min(MMA_SPAN, nc - first * MMA_SPAN);
+#pragma unroll
+		for (int i = 0; i < MMA_SPAN; i++)
+			if (i < nch) held[HOLD1 ? i : 0] = slots[i * 32 + lane];
+		__syncwarp();
+		if (lane == 0) issue(1);
+		k0 = 1;
+	}
 	lb_pdl_wait();
-	for (int k = 0; k < mine; k++) {
-		use(first + k * stride, slots + (k % ring) * MMA_SPAN * 32, mbar_waiter{&bar[k % ring], (u32)((k / ring) & 1)});
+	// Phase 0 has completed: the first span's wait returns at once.
+	if (k0) use(first, slots, mbar_waiter{&bar[0], 0u}, (const uint4 *)held);
+	for (int k = k0; k < mine; k++) {
+		use(first + k * stride, slots + (k % ring) * MMA_SPAN * 32, mbar_waiter{&bar[k % ring], (u32)((k / ring) & 1)},
+		    (const uint4 *)0);
 		__syncwarp();
 		if (lane == 0 && k + ring < mine) issue(k + ring);
 	}
@@ -136,10 +159,12 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	if (acc) mma_gemv_held(held, y, m, out, n0, ng, T);
 	// Row tile m: nc tiles of 32 uint4, one after the other; this warp's
 	// spans: wi, wi + nw, ...
-	mma_bulk_spans(smem + wi * ring * MMA_SPAN * 32, bars[wi], w + (i64)m * nc * 32, nc, wi, nw, ring,
-	               [&](int s, const uint4 *slot, mbar_waiter wait) {
-		               mma_gemv_span<false, TERMS>(part, slot, xs, nc, s, n0, ng, T, lane, wait);
-	               });
+	// The first span held in registers on BF16 activations only: three
+	// terms' 48 activation fragments leave no room for it.
+	mma_bulk_spans<TERMS == 1>(smem + wi * ring * MMA_SPAN * 32, bars[wi], w + (i64)m * nc * 32, nc, wi, nw, ring,
+	                           [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
+		                           mma_gemv_span<false, TERMS>(part, slot, xs, nc, s, n0, ng, T, lane, wait, regs);
+	                           });
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc, acc ? held : 0);
 }
@@ -203,10 +228,10 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
 	int up = wi >= hw, hi = wi - up * hw; // which weight, and the warp's place among its half
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
-	mma_bulk_spans(smem + wi * ring * MMA_SPAN * 32, bars[wi], (up ? wu : wg) + (i64)m * nc * 32, nc, hi, hw, ring,
-	               [&](int s, const uint4 *slot, mbar_waiter wait) {
-		               mma_gemv_span<false, 1>(part + up * spans * 128, slot, xs, nc, s, 0, 1, T, lane, wait);
-	               });
+	mma_bulk_spans<true>(smem + wi * ring * MMA_SPAN * 32, bars[wi], (up ? wu : wg) + (i64)m * nc * 32, nc, hi, hw, ring,
+	                     [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
+		                     mma_gemv_span<false, 1>(part + up * spans * 128, slot, xs, nc, s, 0, 1, T, lane, wait, regs);
+	                     });
 	__syncthreads();
 	// Thread i: rows 16m + r, r + 1 (r even) of token tk.
 	for (int i = threadIdx.x; i < 64; i += blockDim.x) {
