@@ -215,6 +215,11 @@ func TestGemvSiLU(t *testing.T) {
 					if err := k.Poison(out.buf); err != nil {
 						return err
 					}
+					// Behind a kernel that outlasts the fused kernel's early
+					// copies, as in a decode step (spinBefore).
+					if err := spinBefore(k); err != nil {
+						return err
+					}
 					ok, err := k.MatMulSiLUTerms(in, out, ws[0], ws[1])
 					if err == nil && !ok {
 						err = fmt.Errorf("MatMulSiLUTerms did not run")
@@ -301,4 +306,12 @@ func TestTiles1Shape(t *testing.T) {
 				c.mt, c.warps, c.ring, c.groups, c.spans, w, sh, ok, c.wantWarps, c.wantShared, c.ok)
 		}
 	}
+}
+
+// spinBefore launches lb_spin for 30 µs: the kernel launched next becomes
+// resident at once and is released only after its early work (weight
+// copies, the first span taken into registers, loads of values the kernel
+// before does not write) has all landed.
+func spinBefore(k *K) error {
+	return k.d.launch("lb_spin", [3]int{1, 1, 1}, [3]int{32, 1, 1}, 0, i64Arg(30000))
 }

@@ -46,6 +46,9 @@ func TestResidualInGemv(t *testing.T) {
 				if err := k.Add(y, resid, h, c.T*c.out); err != nil {
 					return err
 				}
+				if err := spinBefore(k); err != nil {
+					return err
+				}
 				added, err = k.MatMulTermsAdd(tm, resid, ws[0])
 				return err
 			})

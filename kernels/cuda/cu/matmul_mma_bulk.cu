@@ -75,13 +75,15 @@ __device__ __forceinline__ void mbar_wait(u64 *bar, u32 parity) {
 	} while (!done);
 }
 
-// mbar_waiter waits for an mbarrier's phase of the given parity
-// (mma_bulk_spans's wait; a named type, since NVRTC takes no generic
-// lambdas in device code).
+// mbar_waiter waits for an mbarrier's phase of the given parity, or not
+// at all with no barrier (mma_bulk_spans's wait; a named type, since NVRTC
+// takes no generic lambdas in device code).
 struct mbar_waiter {
 	u64 *bar;
 	u32 parity;
-	__device__ __forceinline__ void operator()() const { mbar_wait(bar, parity); }
+	__device__ __forceinline__ void operator()() const {
+		if (bar) mbar_wait(bar, parity);
+	}
 };
 
 // mma_bulk_spans streams a warp's spans first, first + stride, ... of one
@@ -127,8 +129,10 @@ __device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uin
 		k0 = 1;
 	}
 	lb_pdl_wait();
-	// Phase 0 has completed: the first span's wait returns at once.
-	if (k0) use(first, slots, mbar_waiter{&bar[0], 0u}, (const uint4 *)held);
+	// The first span is in registers: no wait. (Waiting on phase 0's
+	// parity again would wait for phase 2 once the second span has landed:
+	// a parity names the last two phases only.)
+	if (k0) use(first, slots, mbar_waiter{0, 0u}, (const uint4 *)held);
 	for (int k = k0; k < mine; k++) {
 		use(first + k * stride, slots + (k % ring) * MMA_SPAN * 32, mbar_waiter{&bar[k % ring], (u32)((k / ring) & 1)},
 		    (const uint4 *)0);
