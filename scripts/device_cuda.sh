@@ -71,7 +71,8 @@ echo "== batch-1 decode and TTFT on the device-resident forward (Qwen3-0.6B, Qwe
 # launch); DECODE_LINES: how many lines of each to show (all go to bench);
 # DECODE_BINS: the runtime test binaries in .device/bin to run each
 # setting with, in turn (default runtime.test; an older build carried
-# beside it, say runtime_old.test, measures a change in the same call).
+# beside it, say runtime_old.test, measures a change in the same call);
+# DECODE_TIMEOUT bounds each run (300 s by default).
 IFS=';' read -ra envs <<<"${DECODE_ENVS:-}"
 [ ${#envs[@]} -gt 0 ] || envs=("")
 for act in ${DECODE_ACTS:-bf16 float32}; do
@@ -79,7 +80,7 @@ for size in ${DECODE_SIZES:-qwen3-0.6b qwen3-8b}; do
 for setting in "${envs[@]}"; do
 for bin in ${DECODE_BINS:-runtime.test}; do
 	echo "-- $size, $act activations${setting:+, $setting}, $bin" | tee -a "$bench"
-	(cd runtime && env $setting LOWBIT_ACTIVATIONS=$act LOWBIT_BENCH_SIZE=$size timeout 300 ../.device/bin/$bin -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -${DECODE_LINES:-24}
+	(cd runtime && env $setting LOWBIT_ACTIVATIONS=$act LOWBIT_BENCH_SIZE=$size timeout "${DECODE_TIMEOUT:-300}" ../.device/bin/$bin -test.run XXX -test.bench CUDADecode -test.benchtime 64x -test.v 2>&1) | tee -a "$bench" | grep -E "Benchmark|wrote|summed|  lb_|  cublas" | head -${DECODE_LINES:-24}
 done
 done
 done
