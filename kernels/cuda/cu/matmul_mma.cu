@@ -208,16 +208,24 @@ __device__ __forceinline__ void mma_gemv_held(float *held, const float *y, int m
 // from held (mma_gemv_held) where given.
 __device__ __forceinline__ void mma_gemv_add(float *y, const float *part, int m, int out, int n0, int ng, int spans,
                                              int T, int acc = 0, const float *held = 0) {
-	for (int i = threadIdx.x, k = 0; i < ng * 128; i += blockDim.x, k++) {
+	// Output i, with its old y in *old where held (else read here).
+	auto add = [&](int i, const float *old) {
 		int n = i >> 7, r = (i >> 3) & 15, tk = i & 7;
 		int row = 16 * m + r, t = 8 * (n0 + n) + tk;
 		if (row < out && t < T) {
 			float sum = 0.0f;
 			for (int s = 0; s < spans; s++) sum += part[((s * ng + n) * 16 + r) * 8 + tk];
 			float *yo = y + (i64)t * out + row;
-			*yo = acc ? (held && k < MMA_ADD_HELD ? held[k] : *yo) + sum : sum;
+			*yo = acc ? (old ? *old : *yo) + sum : sum;
 		}
+	};
+	int i = threadIdx.x;
+	if (held) { // unrolled, so that held stays in registers
+#pragma unroll
+		for (int k = 0; k < MMA_ADD_HELD; k++, i += blockDim.x)
+			if (i < ng * 128) add(i, &held[k]);
 	}
+	for (; i < ng * 128; i += blockDim.x) add(i, 0);
 }
 
 #define MMA_GEMV_WARPS 4
