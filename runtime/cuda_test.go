@@ -443,3 +443,26 @@ func TestCUDAForwardTopGraph(t *testing.T) {
 		}
 	}
 }
+
+// TestCUDADescPack: the batch description's layout on the host is the
+// spans descSpans gives the kernels (ids, pos, seq, partOff, work, rowsIdx,
+// tables at fixed offsets of t, rows and tables), and pack uploads up to
+// the last table entry. Runs without a GPU.
+func TestCUDADescPack(t *testing.T) {
+	a := cudaActs{t: 3, rows: 2, tables: 4}
+	got := a.pack([]int32{1, 2, 3}, []int32{4, 5, 6}, []int32{7, 8, 9}, []int32{10, 11, 12}, []int32{13, 14, 15, 16},
+		[]int32{17, 18}, []int32{19, 20, 21})
+	want := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 0, 0, 17, 18, 19, 20, 21}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pack = %v, want %v", got, want)
+	}
+	if a.descLen() != 6*3+2+4 || len(a.descHost) != a.descLen() {
+		t.Fatalf("descLen %d, host %d", a.descLen(), len(a.descHost))
+	}
+	// A smaller batch later reuses the host slice; what it does not cover
+	// keeps the old values, which no kernel reads.
+	got = a.pack([]int32{9}, []int32{8}, []int32{7}, []int32{6}, []int32{5, 4}, []int32{3}, []int32{2})
+	if got[0] != 9 || got[3] != 8 || got[6] != 7 || got[9] != 6 || got[12] != 5 || got[13] != 4 || got[18] != 3 || got[20] != 2 || len(got) != 21 {
+		t.Fatalf("second pack = %v", got)
+	}
+}
