@@ -328,22 +328,30 @@ func benchModel(b *testing.B, size string) string {
 	return dir
 }
 
-// TestCUDAGraphReplay: a decode batch runs eagerly the first time and from
-// its captured graph after that, with the same bits; other shapes keep
-// running eagerly beside it.
-func TestCUDAGraphReplay(t *testing.T) {
+// tinyCUDAExecutor returns a device-resident executor of the tiny Qwen3
+// checkpoint (64 BF16 blocks of 16 positions) and its model, both closed
+// when the test ends.
+func tinyCUDAExecutor(t *testing.T) (*CUDAExecutor, *Model) {
 	d := cudaDevice(t)
 	ops, err := cpu.New()
 	if err != nil {
 		t.Skip(err)
 	}
-	defer ops.Close()
+	t.Cleanup(func() { ops.Close() })
 	m := loadModel(t, tinyModel(t, checkpoint.Qwen3), ops)
 	gpu, err := NewCUDAExecutor(m, d, 64, 16, kernels.KVBF16)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer gpu.Close()
+	t.Cleanup(func() { gpu.Close() })
+	return gpu, m
+}
+
+// TestCUDAGraphReplay: a decode batch runs eagerly the first time and from
+// its captured graph after that, with the same bits; other shapes keep
+// running eagerly beside it.
+func TestCUDAGraphReplay(t *testing.T) {
+	gpu, _ := tinyCUDAExecutor(t)
 	a, b := []int32{3, 9}, []int32{5}
 	if _, err := gpu.Forward([]BatchEntry{{Blocks: a, Tokens: []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}}, {Blocks: b, Tokens: []int{7, 8, 9}}}); err != nil {
 		t.Fatal(err)
@@ -381,18 +389,7 @@ func TestCUDAGraphReplay(t *testing.T) {
 // batch, on the eager run that captures the graph and on its replays;
 // rows marked whole come back whole, bit for bit.
 func TestCUDAForwardTopGraph(t *testing.T) {
-	d := cudaDevice(t)
-	ops, err := cpu.New()
-	if err != nil {
-		t.Skip(err)
-	}
-	defer ops.Close()
-	m := loadModel(t, tinyModel(t, checkpoint.Qwen3), ops)
-	gpu, err := NewCUDAExecutor(m, d, 64, 16, kernels.KVBF16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gpu.Close()
+	gpu, m := tinyCUDAExecutor(t)
 	a, b, c := []int32{3, 9}, []int32{5}, []int32{11}
 	if _, err := gpu.Forward([]BatchEntry{{Blocks: a, Tokens: []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}},
 		{Blocks: b, Tokens: []int{7, 8, 9}}, {Blocks: c, Tokens: []int{4, 4}}}); err != nil {
