@@ -438,7 +438,7 @@ func (e *CUDAExecutor) forward(batch []BatchEntry, top int, collect func(k *cuda
 	// The step, then (top > 0) each logits row's top best entries into
 	// act.topOut, so that a decode step's graph holds both.
 	run := func(k *cuda.K) error {
-		if err := e.step(k, T, rows, stride, plan); err != nil || top == 0 {
+		if err := e.step(k, T, rows, stride, plan); err != nil || top == 0 || rows == 0 {
 			return err
 		}
 		return k.TopKInto(e.act.logits, rows, d.vocab, top, e.act.topOut, e.act.topWork)
