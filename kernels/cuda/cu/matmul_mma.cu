@@ -106,15 +106,19 @@ extern "C" __global__ void lb_mma_split(uint2 *xs, const float *x, int T, int in
 // hi alone (BF16 activations, whose mid and lo are zeros: the same sums).
 // regs, where given, holds the span's fragments in registers already
 // (mma_bulk_spans's first span), read instead of the slot.
+// mma_span_load reads a span's nch weight fragments into a: each lane its
+// 16 bytes a tile from the slot, or from regs where given.
+__device__ __forceinline__ void mma_span_load(uint4 *a, const uint4 *slot, int nch, int lane, const uint4 *regs = 0) {
+#pragma unroll
+	for (int i = 0; i < MMA_SPAN; i++)
+		if (i < nch) a[i] = regs ? regs[i] : slot[i * 32 + lane];
+}
+
 template <bool HOLD = true, int TERMS = 3, typename BFrag>
 __device__ __forceinline__ void mma_span(float *acc, const uint4 *slot, int nch, int lane, BFrag b,
                                          const uint4 *regs = 0) {
 	uint4 a[HOLD ? MMA_SPAN : 1];
-	if (HOLD) {
-#pragma unroll
-		for (int i = 0; i < MMA_SPAN; i++)
-			if (i < nch) a[HOLD ? i : 0] = regs ? regs[i] : slot[i * 32 + lane];
-	}
+	if (HOLD) mma_span_load(a, slot, nch, lane, regs);
 	acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
 #pragma unroll
 	for (int i = 0; i < MMA_SPAN; i++) {

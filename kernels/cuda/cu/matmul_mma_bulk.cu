@@ -120,10 +120,7 @@ __device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uin
 	int k0 = 0;
 	if (HOLD1 && ring == 1 && mine >= 2) {
 		mbar_wait(&bar[0], 0);
-		int nch = min(MMA_SPAN, nc - first * MMA_SPAN);
-#pragma unroll
-		for (int i = 0; i < MMA_SPAN; i++)
-			if (i < nch) held[HOLD1 ? i : 0] = slots[i * 32 + lane];
+		mma_span_load(held, slots, min(MMA_SPAN, nc - first * MMA_SPAN), lane);
 		__syncwarp();
 		if (lane == 0) issue(1);
 		k0 = 1;
