@@ -177,8 +177,24 @@ func (k *K) Scratch(n int) (Buf, error) {
 	return Buf{p, n}, err
 }
 
-// RMSNorm: y [T, D] = x / rms(x) · (w or 1 + w) (rmsnorm.cu).
+// rmsMaxWidth is the widest row the norm kernels take (RMS_TILES_MAX tiles
+// of 16 in common.cuh).
+const rmsMaxWidth = 1024 * 16
+
+// rmsWidth checks a norm's row width.
+func rmsWidth(op string, D int) error {
+	if D < 1 || D > rmsMaxWidth {
+		return fmt.Errorf("cuda: %s of width %d: the norm kernels take 1 to %d columns", op, D, rmsMaxWidth)
+	}
+	return nil
+}
+
+// RMSNorm: y [T, D] = x / rms(x) · (w or 1 + w) (rmsnorm.cu), the squares
+// summed in the RMS order (common.cuh) as every norm kernel sums them.
 func (k *K) RMSNorm(y, x, w Buf, T, D int, eps float32, zeroCentered bool) error {
+	if err := rmsWidth("RMSNorm", D); err != nil {
+		return err
+	}
 	return k.d.launch("lb_rmsnorm", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
 		ptrArg(y.ptr), ptrArg(x.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered))
 }
@@ -186,6 +202,9 @@ func (k *K) RMSNorm(y, x, w Buf, T, D int, eps float32, zeroCentered bool) error
 // AddRMSNorm: x += h, then y = RMSNorm(x) (add_rmsnorm.cu): the bits of
 // Add followed by RMSNorm, one launch. y must not alias x or h.
 func (k *K) AddRMSNorm(x, h, y, w Buf, T, D int, eps float32, zeroCentered bool) error {
+	if err := rmsWidth("AddRMSNorm", D); err != nil {
+		return err
+	}
 	return k.d.launch("lb_add_rmsnorm", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
 		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(y.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered))
 }

@@ -200,6 +200,9 @@ func (k *K) AddRMSNormBF16(x, h, y, yb, w Buf, T, D, nb int, eps float32, zeroCe
 	if D%2 != 0 || nb < 0 || nb > T || yb.bytes < 2*nb*D || y.bytes < 4*T*D {
 		return fmt.Errorf("cuda: AddRMSNormBF16 of %d rows of %d, %d as BF16 (y %d bytes, yb %d)", T, D, nb, y.bytes, yb.bytes)
 	}
+	if err := rmsWidth("AddRMSNormBF16", D); err != nil {
+		return err
+	}
 	return k.d.launch("lb_add_rmsnorm_bf16", [3]int{T, 1, 1}, [3]int{256, 1, 1}, 0,
 		ptrArg(x.ptr), ptrArg(h.ptr), ptrArg(y.ptr), ptrArg(yb.ptr), ptrArg(w.ptr), intArg(D), f32Arg(eps), flagArg(zeroCentered), intArg(nb))
 }

@@ -1,35 +1,26 @@
 // add_rmsnorm.cu: the residual add fused with the next RMSNorm:
 // x[t,:] += h[t,:], then y[t,:] = x[t,:] / sqrt(mean(x[t,:]²) + eps) · g
 // with g = w or 1 + w (zero_centered). The bits of lb_add followed by
-// lb_rmsnorm with 256 threads (the same per-thread order and block
-// reduction), in one pass over the row.
-// Layout: x, h, y [T, D] float32 (y must not alias x or h); w [D]. One
-// block per row.
-// ar_add_sumsq adds hr into xr and returns this thread's sum of squares
-// of the new row, elements threadIdx.x, + blockDim.x, ... in order.
-__device__ __forceinline__ float ar_add_sumsq(float *xr, const float *hr, int D) {
-	float s = 0.0f;
-	for (int i = threadIdx.x; i < D; i += blockDim.x) {
-		float v = xr[i] + hr[i];
-		xr[i] = v;
-		s += v * v;
-	}
-	return s;
+// lb_rmsnorm (the sum of squares in the RMS order, common.cuh), one launch.
+// Layout: x, h, y [T, D] float32 (y must not alias x or h); w [D]; D ≤
+// 16384. One block per row.
+// ar_add adds hr into xr; the block's barrier after it makes the new row
+// whole for block_rms_sumsq.
+__device__ __forceinline__ void ar_add(float *xr, const float *hr, int D) {
+	for (int i = threadIdx.x; i < D; i += blockDim.x) xr[i] = xr[i] + hr[i];
+	__syncthreads();
 }
 
 extern "C" __global__ void lb_add_rmsnorm(float *x, const float *h, float *y, const float *w, int D, float eps,
                                           int zero_centered) {
 	lb_pdl_wait();
-	__shared__ float sh[32];
+	__shared__ float tiles[RMS_TILES_MAX];
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h + (i64)blockIdx.x * D;
 	float *yr = y + (i64)blockIdx.x * D;
-	float s = block_sum(ar_add_sumsq(xr, hr, D), sh);
-	float r = 1.0f / sqrtf(s / (float)D + eps);
-	for (int i = threadIdx.x; i < D; i += blockDim.x) {
-		float g = zero_centered ? 1.0f + w[i] : w[i];
-		yr[i] = xr[i] * r * g;
-	}
+	ar_add(xr, hr, D);
+	float r = rms_scale(block_rms_sumsq(xr, D, tiles), D, eps);
+	for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = rms_apply(xr[i], r, rms_gain(w[i], zero_centered));
 }
 
 // lb_add_rmsnorm_bf16: lb_add_rmsnorm whose rows below nb write y as BF16
@@ -39,25 +30,22 @@ extern "C" __global__ void lb_add_rmsnorm(float *x, const float *h, float *y, co
 extern "C" __global__ void lb_add_rmsnorm_bf16(float *x, const float *h, float *y, u32 *yb, const float *w, int D,
                                                float eps, int zero_centered, int nb) {
 	lb_pdl_wait();
-	__shared__ float sh[32];
+	__shared__ float tiles[RMS_TILES_MAX];
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h + (i64)blockIdx.x * D;
-	float s = block_sum(ar_add_sumsq(xr, hr, D), sh);
-	float r = 1.0f / sqrtf(s / (float)D + eps);
+	ar_add(xr, hr, D);
+	float r = rms_scale(block_rms_sumsq(xr, D, tiles), D, eps);
 	if ((int)blockIdx.x < nb) {
 		u32 *ybr = yb + (i64)blockIdx.x * (D / 2);
 		for (int p = threadIdx.x; p < D / 2; p += blockDim.x) {
 			int i = 2 * p;
-			float g0 = zero_centered ? 1.0f + w[i] : w[i], g1 = zero_centered ? 1.0f + w[i + 1] : w[i + 1];
-			ybr[p] = (u32)f32_to_bf16(xr[i] * r * g0) | (u32)f32_to_bf16(xr[i + 1] * r * g1) << 16;
+			ybr[p] = (u32)f32_to_bf16(rms_apply(xr[i], r, rms_gain(w[i], zero_centered))) |
+			         (u32)f32_to_bf16(rms_apply(xr[i + 1], r, rms_gain(w[i + 1], zero_centered))) << 16;
 		}
 		return;
 	}
 	float *yr = y + (i64)blockIdx.x * D;
-	for (int i = threadIdx.x; i < D; i += blockDim.x) {
-		float g = zero_centered ? 1.0f + w[i] : w[i];
-		yr[i] = xr[i] * r * g;
-	}
+	for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = rms_apply(xr[i], r, rms_gain(w[i], zero_centered));
 }
 
 // lb_add_rmsnorm_terms: lb_add_rmsnorm (without the add when h is null)
@@ -70,19 +58,17 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
                                                 int zero_centered, int nc, int terms) {
 	lb_pdl_wait();
 	extern __shared__ float row[];
-	__shared__ float sh[32];
+	__shared__ float tiles[RMS_TILES_MAX];
 	float *xr = x + (i64)blockIdx.x * D;
 	const float *hr = h ? h + (i64)blockIdx.x * D : 0;
 	// A decode step has a row or a few, so a row's latency is the step's:
 	// each thread loads all its elements (RN a round: 4,096 in one) before
-	// it stores or sums any (a store may alias a later load, which would
-	// otherwise wait for it), sums them in lb_add_rmsnorm's order (i = tid,
-	// tid + blockDim, ...), and keeps the new row in shared memory for the
-	// second pass, which reads no global memory but the weights.
+	// it stores any (a store may alias a later load, which would otherwise
+	// wait for it), and keeps the new row in shared memory for the sum and
+	// the second pass, which read no global memory but the weights.
 	constexpr int RN = 16;
 	const int nt = blockDim.x;
 	float *gain = row + D; // the norm's g = w or 1 + w, loaded in the same round
-	float s = 0.0f;
 	for (int i0 = threadIdx.x; i0 < D; i0 += RN * nt) {
 		float v[RN], wv[RN];
 #pragma unroll
@@ -98,12 +84,11 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 			if (i >= D) break;
 			if (hr) xr[i] = v[u];
 			row[i] = v[u];
-			gain[i] = zero_centered ? 1.0f + wv[u] : wv[u];
-			s += v[u] * v[u];
+			gain[i] = rms_gain(wv[u], zero_centered);
 		}
 	}
-	s = block_sum(s, sh); // its barriers also make row whole
-	float r = 1.0f / sqrtf(s / (float)D + eps);
+	__syncthreads();
+	float r = rms_scale(block_rms_sumsq(row, D, tiles), D, eps);
 	constexpr int PN = 8;
 	for (int p0 = threadIdx.x; p0 < nc * 8; p0 += PN * nt) {
 		float v[PN][2];
@@ -112,7 +97,7 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 #pragma unroll
 			for (int k = 0; k < 2; k++) {
 				int i = 2 * (p0 + u * nt) + k;
-				v[u][k] = i < D ? row[i] * r * gain[i] : 0.0f;
+				v[u][k] = i < D ? rms_apply(row[i], r, gain[i]) : 0.0f;
 			}
 #pragma unroll
 		for (int u = 0; u < PN; u++)
@@ -123,19 +108,19 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 // lb_rmsnorm_terms_slices: lb_add_rmsnorm_terms without the add (the
 // residual already added into x: lb_mma_gemv_bulk's acc), each row's
 // output spread over gridDim.y blocks of 256 threads, at most one column
-// pair a thread. Every block sums its whole row's squares in
-// lb_add_rmsnorm_terms's order (the same r, bit for bit) and writes the
-// terms of its share of the pairs. A decode step's row then runs on
-// several SMs: on one block, its load rounds and stores held a Qwen3-8B
-// step for 9.7 µs a launch, a seventh of the step (BENCHMARKS.md).
+// pair a thread. Every block sums its whole row's squares (the RMS order:
+// the same r, bit for bit) and writes the terms of its share of the pairs.
+// A decode step's row then runs on several SMs: on one block, its load
+// rounds and stores held a Qwen3-8B step for 9.7 µs a launch, a seventh of
+// the step (BENCHMARKS.md).
 extern "C" __global__ void __launch_bounds__(256) lb_rmsnorm_terms_slices(const float *x, u32 *xs, const float *w,
                                                                             int D, float eps, int zero_centered,
                                                                             int nc, int terms) {
 	lb_pdl_wait();
-	__shared__ float sh[32];
+	__shared__ float tiles[RMS_TILES_MAX];
 	const float *xr = x + (i64)blockIdx.x * D;
-	const int nt = blockDim.x, per = (nc * 8 + gridDim.y - 1) / gridDim.y;
-	// This thread's pair, loaded with the row's first round.
+	const int per = (nc * 8 + gridDim.y - 1) / gridDim.y;
+	// This thread's pair, loaded with the row's tiles.
 	int p = blockIdx.y * per + threadIdx.x;
 	bool mine = threadIdx.x < per && p < nc * 8;
 	float pv[2] = {0.0f, 0.0f}, pg[2] = {0.0f, 0.0f};
@@ -143,26 +128,10 @@ extern "C" __global__ void __launch_bounds__(256) lb_rmsnorm_terms_slices(const 
 #pragma unroll
 		for (int k = 0; k < 2; k++) {
 			int i = 2 * p + k;
-			if (i < D) pv[k] = xr[i], pg[k] = zero_centered ? 1.0f + w[i] : w[i];
+			if (i < D) pv[k] = xr[i], pg[k] = rms_gain(w[i], zero_centered);
 		}
-	constexpr int RN = 16;
-	float s = 0.0f;
-	for (int i0 = threadIdx.x; i0 < D; i0 += RN * nt) {
-		float v[RN];
-#pragma unroll
-		for (int u = 0; u < RN; u++) {
-			int i = i0 + u * nt;
-			v[u] = i < D ? xr[i] : 0.0f;
-		}
-#pragma unroll
-		for (int u = 0; u < RN; u++) {
-			if (i0 + u * nt >= D) break;
-			s += v[u] * v[u];
-		}
-	}
-	s = block_sum(s, sh);
-	float r = 1.0f / sqrtf(s / (float)D + eps);
+	float r = rms_scale(block_rms_sumsq(xr, D, tiles), D, eps);
 	if (mine)
-		mma_put_terms(xs, nc, blockIdx.x, 2 * p, 2 * p < D ? pv[0] * r * pg[0] : 0.0f,
-		              2 * p + 1 < D ? pv[1] * r * pg[1] : 0.0f, terms);
+		mma_put_terms(xs, nc, blockIdx.x, 2 * p, 2 * p < D ? rms_apply(pv[0], r, pg[0]) : 0.0f,
+		              2 * p + 1 < D ? rms_apply(pv[1], r, pg[1]) : 0.0f, terms);
 }

@@ -121,6 +121,66 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
 	return warp_max(v);
 }
 
+// The RMS order: how every RMSNorm of a hidden row sums its squares, so
+// that the decode step's fused path (the o and down projections write
+// their rows' tile sums, lb_mma_gemv_bulk with sums; the GEMV after them
+// finishes the sum: lb_mma_gemv_bulk1_rms) and the norm kernels give the
+// same bits. The row's columns form tiles of 16 (zeros past the row); a
+// tile's squares add as a balanced pairwise tree, neighbours first
+// (((x0² + x1²) + (x2² + x3²)) + ...: rms_tile); lane l of a warp adds
+// tiles l, l + 32, ... in order from 0 and warp_sum adds the lanes
+// (rms_total). Explicit _rn operations: a multiply-add contracted in one
+// kernel and not in another would differ.
+#define RMS_TILES_MAX 1024 // tiles a norm kernel's row may have: D ≤ 16384
+
+// rms_tile is the RMS order's sum of the squares of v[0..15].
+__device__ __forceinline__ float rms_tile(const float *v) {
+	float a[8];
+#pragma unroll
+	for (int i = 0; i < 8; i++) a[i] = __fadd_rn(__fmul_rn(v[2 * i], v[2 * i]), __fmul_rn(v[2 * i + 1], v[2 * i + 1]));
+#pragma unroll
+	for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+		for (int i = 0; i < w; i++) a[i] = __fadd_rn(a[2 * i], a[2 * i + 1]);
+	return a[0];
+}
+
+// rms_total adds n tile sums (tile(m) returns tile m's) in the RMS order;
+// every lane of the calling warp returns the total.
+template <typename Tile> __device__ __forceinline__ float rms_total(Tile tile, int n) {
+	float t = 0.0f;
+	for (int m = threadIdx.x & 31; m < n; m += 32) t = __fadd_rn(t, tile(m));
+	return warp_sum(t);
+}
+
+// rms_scale is the norm's 1 / sqrt(mean square + eps) for a row of D
+// columns whose squares sum to s.
+__device__ __forceinline__ float rms_scale(float s, int D, float eps) {
+	return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s, (float)D), eps)));
+}
+
+// rms_apply is a normalized value: x · r, then · the gain g.
+__device__ __forceinline__ float rms_apply(float x, float r, float g) { return __fmul_rn(__fmul_rn(x, r), g); }
+
+// rms_gain is the norm's gain for weight w: w, or 1 + w (zero_centered).
+__device__ __forceinline__ float rms_gain(float w, int zero_centered) { return zero_centered ? 1.0f + w : w; }
+
+// block_rms_sumsq returns the RMS-order sum of squares of row xr (D
+// columns, global or shared memory the whole block can read) to every
+// thread; tiles is shared memory for ⌈D / 16⌉ floats. A thread a tile,
+// then each warp adds the tiles (no second barrier).
+__device__ __forceinline__ float block_rms_sumsq(const float *xr, int D, float *tiles) {
+	int n = (D + 15) / 16;
+	for (int m = threadIdx.x; m < n; m += blockDim.x) {
+		float v[16];
+#pragma unroll
+		for (int r = 0; r < 16; r++) v[r] = 16 * m + r < D ? xr[16 * m + r] : 0.0f;
+		tiles[m] = rms_tile(v);
+	}
+	__syncthreads();
+	return rms_total([&](int m) { return tiles[m]; }, n);
+}
+
 // kv_row is the paged cache's row of position p under block table blocks
 // of bs positions a block (a null table: a contiguous cache).
 __device__ __forceinline__ i64 kv_row(const int *blocks, int bs, int p) {
