@@ -61,7 +61,7 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err := e.matmulBF16(k, xb, n, p, T, []cuda.Buf{q, kk, v}, dl.q, dl.k, dl.v); err != nil {
 			return err
 		}
-		if _, err := e.attention(k, dl, T, bt, scale, false); err != nil {
+		if _, err := e.attention(k, dl, T, bt, scale, false, cuda.Buf{}); err != nil {
 			return err
 		}
 		if nb, np, err = e.normBF16(k, x, h, n, dl.postNorm, T, dl.gate, dl.up); err != nil {
@@ -92,9 +92,10 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 // attention, o_proj. With terms (layersTerms), a decode step's attention
 // writes the o-projection's input terms itself (AttentionBatchTerms): no
 // split launch; and the o-projection adds into the residual stream act.x
-// where it can (MatMulTermsAdd), which it reports (act.h then holds
+// where it can (MatMulTermsAdd, writing the new rows' RMS tile sums into
+// sums unless it is a zero Buf), which it reports (act.h then holds
 // nothing).
-func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, terms bool) (bool, error) {
+func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, terms bool, sums cuda.Buf) (bool, error) {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
@@ -114,7 +115,7 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 		if !fused {
 			return false, e.matmul(k, att, T, h, dl.o)
 		}
-		if added, err := k.MatMulTermsAdd(t, a.x.F32(0, T*d.hidden), dl.o); added || err != nil {
+		if added, err := k.MatMulTermsAdd(t, a.x.F32(0, T*d.hidden), dl.o, sums); added || err != nil {
 			return added, err
 		}
 		return false, k.MatMulTerms(t, h, []*cuda.Weight{dl.o})
@@ -129,6 +130,10 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 // all tiled BF16: the norms and SiLU-mul write the matmuls' inputs as mma
 // terms directly (no separate split launch): they compute the float32
 // values layersFloat's kernels write and split them as lb_mma_split does.
+// In a decode step of BF16 activations and a token or two (RMSInGemv) the
+// o and down projections also write the new residual's RMS tile sums, and
+// the norms after them go into the GEMVs that take their output
+// (MatMulRMS, MatMulSiLURMS): the same bits, with no norm launch.
 func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float32) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
@@ -140,6 +145,13 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 	if _, err := k.TermsFor(T, max(d.hidden, qd, d.inter)); err != nil {
 		return err
 	}
+	var sums cuda.Buf // the residual's RMS tile sums, where the norms go into the GEMVs
+	if e.decodeBF16 && k.RMSInGemv(T, d.hidden) {
+		var err error
+		if sums, err = k.RMSSumsFor(T, d.hidden); err != nil {
+			return err
+		}
+	}
 	terms := func(width int, produce func(cuda.Terms) error) (cuda.Terms, error) {
 		t, err := e.termsFor(k, T, width)
 		if err == nil {
@@ -147,55 +159,88 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		}
 		return t, err
 	}
-	t, err := terms(d.hidden, func(t cuda.Terms) error {
-		return k.AddRMSNormTerms(x, cuda.Buf{}, t, e.layers[0].inputNorm, d.hidden, d.eps, false)
-	})
-	if err != nil {
-		return err
-	}
-	// norm writes RMSNorm(x + h) into the terms, or, where the projection
-	// before added into x already (added), RMSNorm(x) over more blocks.
-	norm := func(added bool, w cuda.Buf) (cuda.Terms, error) {
-		return terms(d.hidden, func(t cuda.Terms) error {
+	// normThen runs RMSNorm(x) (of x + h unless the projection before
+	// added into x: added; a zero h adds nothing), then the matmuls after
+	// it: in one launch (fused) where that projection wrote sums, else the
+	// norm writes the terms that matmul takes (RMSNormTerms over several
+	// blocks where x holds the sum already).
+	normThen := func(added bool, h, w cuda.Buf, fused func(cuda.RMSInput) (bool, error), matmul func(cuda.Terms) error) error {
+		if added && sums.Bytes() > 0 {
+			ok, err := fused(cuda.RMSInput{X: x, Sums: sums, W: w, T: T, D: d.hidden, Eps: d.eps})
+			if ok || err != nil {
+				return err
+			}
+		}
+		t, err := terms(d.hidden, func(t cuda.Terms) error {
 			if added {
 				return k.RMSNormTerms(x, t, w, d.hidden, d.eps, false)
 			}
 			return k.AddRMSNormTerms(x, h, t, w, d.hidden, d.eps, false)
 		})
-	}
-	for i := range e.layers {
-		dl := &e.layers[i]
-		if err := k.MatMulTerms(t, []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}); err != nil {
-			return err
-		}
-		added, err := e.attention(k, dl, T, bt, scale, true)
 		if err != nil {
 			return err
 		}
-		if t, err = norm(added, dl.postNorm); err != nil {
+		return matmul(t)
+	}
+	added := false
+	for i := range e.layers {
+		dl := &e.layers[i]
+		// Layer 0's input is the embedding, to which nothing is added.
+		hin := h
+		if i == 0 {
+			hin = cuda.Buf{}
+		}
+		ys, ws := []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}
+		err := normThen(added, hin, dl.inputNorm,
+			func(in cuda.RMSInput) (bool, error) { return k.MatMulRMS(in, ys, ws) },
+			func(t cuda.Terms) error { return k.MatMulTerms(t, ys, ws) })
+		if err != nil {
+			return err
+		}
+		if added, err = e.attention(k, dl, T, bt, scale, true, sums); err != nil {
 			return err
 		}
 		// The gate and up GEMVs write silu(gate)·up as the down
 		// projection's terms themselves where they can (a decode step of
 		// BF16 activations); else SiLU-mul follows them.
-		td, fused, err := cuda.Terms{}, false, error(nil)
-		if e.decodeBF16 {
-			if td, err = k.SiLUTermsFor(T, d.inter); err != nil {
-				return err
-			}
-			if fused, err = k.MatMulSiLUTerms(t, td, dl.gate, dl.up); err != nil {
-				return err
-			}
+		var td cuda.Terms
+		siluTerms := func() error {
+			var err error
+			td, err = k.SiLUTermsFor(T, d.inter)
+			return err
 		}
-		if !fused {
-			if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
+		err = normThen(added, h, dl.postNorm,
+			func(in cuda.RMSInput) (bool, error) {
+				if err := siluTerms(); err != nil {
+					return false, err
+				}
+				return k.MatMulSiLURMS(in, td, dl.gate, dl.up)
+			},
+			func(t cuda.Terms) error {
+				if e.decodeBF16 {
+					if err := siluTerms(); err != nil {
+						return err
+					}
+					if fused, err := k.MatMulSiLUTerms(t, td, dl.gate, dl.up); fused || err != nil {
+						return err
+					}
+				}
+				if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
+					return err
+				}
+				var err error
+				td, err = terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) })
 				return err
-			}
-			if td, err = terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) }); err != nil {
-				return err
-			}
+			})
+		if err != nil {
+			return err
 		}
-		if added, err = k.MatMulTermsAdd(td, x, dl.down); err != nil {
+		last := i+1 == len(e.layers)
+		downSums := sums
+		if last {
+			downSums = cuda.Buf{} // the final norm is RMSNorm's own launch
+		}
+		if added, err = k.MatMulTermsAdd(td, x, dl.down, downSums); err != nil {
 			return err
 		}
 		if !added {
@@ -203,14 +248,8 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 				return err
 			}
 		}
-		if i+1 == len(e.layers) {
-			if added {
-				return nil
-			}
+		if last && !added {
 			return k.Add(x, x, h, T*d.hidden)
-		}
-		if t, err = norm(added, e.layers[i+1].inputNorm); err != nil {
-			return err
 		}
 	}
 	return nil

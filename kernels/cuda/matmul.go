@@ -320,7 +320,10 @@ func (k *K) AddRMSNormTerms(x, h Buf, t Terms, w Buf, D int, eps float32, zeroCe
 	if t.In != D {
 		return fmt.Errorf("cuda: AddRMSNormTerms of width %d into terms of %d", D, t.In)
 	}
-	if 8*D > maxBlockShared {
+	if err := rmsWidth("AddRMSNormTerms", D); err != nil {
+		return err
+	}
+	if 8*D+4*rmsMaxWidth/16 > maxBlockShared {
 		return fmt.Errorf("cuda: AddRMSNormTerms of width %d: its row and gains (8 bytes a column) exceed a block's shared memory", D)
 	}
 	return k.d.launch("lb_add_rmsnorm_terms", [3]int{t.T, 1, 1}, [3]int{256, 1, 1}, 8*D,
@@ -372,7 +375,7 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 	if ok, err := k.gemvTiles1(t, ys, ws); ok {
 		return err
 	}
-	if ok, err := k.gemvBulk(t, ys, ws, 0); ok {
+	if ok, err := k.gemvBulk(t, ys, ws, 0, Buf{}); ok {
 		return err
 	}
 	if k.useWide(T, spans) {
@@ -394,8 +397,9 @@ func (k *K) MatMulTerms(t Terms, ys []Buf, ws []*Weight) error {
 // gemvBulk launches lb_mma_gemv_bulk (or, on BF16 terms,
 // lb_mma_gemv_bulk1) for the terms t over the tiled weights ws, and
 // reports whether it could: on sm_90, up to 8·mmaBulkGroups tokens (BF16:
-// 8·mmaBulk1Groups), with room in shared memory.
-func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int) (bool, error) {
+// 8·mmaBulk1Groups), with room in shared memory. acc and sums as
+// lb_mma_gemv_bulk's (sums: a zero Buf for none).
+func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int, sums Buf) (bool, error) {
 	xs, T, in := t.buf, t.T, t.In
 	groups := (T + 7) / 8
 	name := "lb_mma_gemv_bulk"
@@ -421,8 +425,15 @@ func (k *K) gemvBulk(t Terms, ys []Buf, ws []*Weight, acc int) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, slots+spans*gpb*512,
-		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc))
+	shared := slots + spans*gpb*512
+	if sums.ptr != 0 {
+		shared += gpb * 512 // the new y's rows, for their tile sums
+		if shared > mmaGemvShared {
+			return false, nil
+		}
+	}
+	return true, k.gemvLaunches(ys, ws, name, 16, 32*warps, (groups+gpb-1)/gpb, shared,
+		ptrArg(xs.ptr), intArg(T), intArg(in), intArg(gpb), intArg(ring), intArg(acc), ptrArg(sums.ptr))
 }
 
 // siluInGemv is whether MatMulSiLUTerms runs (LOWBIT_SILU_GEMV=0: the
@@ -468,15 +479,20 @@ func (k *K) SiLUTermsFor(T, in int) (Terms, error) {
 // of MatMulTerms then Add. It reports false, and does nothing, where
 // another kernel would run. The kernel reads y's old values before it
 // waits for the kernel launched just before it (programmatic dependent
-// launch), so that one must not write y.
-func (k *K) MatMulTermsAdd(t Terms, y Buf, w *Weight) (bool, error) {
+// launch), so that one must not write y. Unless sums is a zero Buf, it
+// also writes the new y's RMS tile sums there (RMSSumsFor), for an
+// RMSInput of y.
+func (k *K) MatMulTermsAdd(t Terms, y Buf, w *Weight, sums Buf) (bool, error) {
 	if !w.Tiled || w.In != t.In {
 		return false, fmt.Errorf("cuda: MatMulTermsAdd: a %dx%d weight (tiled %v) on terms of width %d", w.Out, w.In, w.Tiled, t.In)
+	}
+	if sums.ptr != 0 && sums.bytes < 4*t.T*((w.Out+15)/16) {
+		return false, fmt.Errorf("cuda: MatMulTermsAdd: %d bytes for the sums of %d rows of %d", sums.bytes, t.T, w.Out)
 	}
 	if t.T == 0 || t.T > mmaGemvTokens || t.nt == 1 && t.T >= mmaTiles1From {
 		return false, nil
 	}
-	return k.gemvBulk(t, []Buf{y}, []*Weight{w}, 1)
+	return k.gemvBulk(t, []Buf{y}, []*Weight{w}, 1, sums)
 }
 
 // RMSNormTerms writes RMSNorm(x) [T, D] into t (t.In = D) as
@@ -486,6 +502,9 @@ func (k *K) MatMulTermsAdd(t Terms, y Buf, w *Weight) (bool, error) {
 func (k *K) RMSNormTerms(x Buf, t Terms, w Buf, D int, eps float32, zeroCentered bool) error {
 	if t.In != D {
 		return fmt.Errorf("cuda: RMSNormTerms of width %d into terms of %d", D, t.In)
+	}
+	if err := rmsWidth("RMSNormTerms", D); err != nil {
+		return err
 	}
 	nc := (D + 15) / 16
 	return k.d.launch("lb_rmsnorm_terms_slices", [3]int{t.T, (nc*8 + 255) / 256, 1}, [3]int{256, 1, 1}, 0,

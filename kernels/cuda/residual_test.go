@@ -49,7 +49,7 @@ func TestResidualInGemv(t *testing.T) {
 				if err := spinBefore(k); err != nil {
 					return err
 				}
-				added, err = k.MatMulTermsAdd(tm, resid, ws[0])
+				added, err = k.MatMulTermsAdd(tm, resid, ws[0], Buf{})
 				return err
 			})
 			if err != nil {

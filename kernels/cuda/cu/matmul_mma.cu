@@ -150,6 +150,15 @@ __device__ __forceinline__ void mma_pick(int *m, int rows, float **y, const uint
 	}
 }
 
+// mma_part_put stores a lane's fragment acc of span s's sums for token
+// group n (of ng) into part [spans][ng][16 rows][8 tokens]: element e is
+// row g + 8·(e >> 1), token 2q + (e & 1).
+__device__ __forceinline__ void mma_part_put(float *part, const float *acc, int s, int ng, int n, int lane) {
+	int g = lane >> 2, q = lane & 3;
+#pragma unroll
+	for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];
+}
+
 // mma_gemv_span multiplies span s's weight tiles (in slot) by ng token
 // groups from n0, writing each group's sums of the span to part [spans]
 // [ng][16 rows][8 tokens]. A token group at a time: its 48 activation
@@ -160,7 +169,7 @@ __device__ __forceinline__ void mma_pick(int *m, int rows, float **y, const uint
 template <bool HOLD = true, int TERMS = 3, typename Wait>
 __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, const uint2 *xs, int nc, int s, int n0,
                                               int ng, int T, int lane, Wait wait, const uint4 *regs = 0) {
-	int g = lane >> 2, q = lane & 3, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
+	int g = lane >> 2, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
 	for (int n = 0; n < ng; n++) {
 		const uint2 *bp = xs + (((i64)(n0 + n) * nc + c0) * 3 << 5) + lane;
 		// Lane 4g + q carries token 8(n0 + n) + g: past T it reads
@@ -182,9 +191,7 @@ __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, co
 		if (n == 0) wait();
 		float acc[4];
 		mma_span<HOLD, TERMS>(acc, slot, nch, lane, [&](int i, int j) { return b[i][j]; }, regs);
-		// Fragment element e: row g + 8·(e >> 1), token 2q + (e & 1).
-#pragma unroll
-		for (int e = 0; e < 4; e++) part[((s * ng + n) * 16 + g + 8 * (e >> 1)) * 8 + 2 * q + (e & 1)] = acc[e];
+		mma_part_put(part, acc, s, ng, n, lane);
 	}
 }
 
@@ -209,19 +216,24 @@ __device__ __forceinline__ void mma_gemv_held(float *held, const float *y, int m
 // output the sum of its spans' sums in part, in span order from 0 (after
 // the block's barrier); with acc, y + that sum (the residual add of
 // lb_add_rmsnorm_terms, the same float32 addition), y's old values taken
-// from held (mma_gemv_held) where given.
+// from held (mma_gemv_held) where given. Where rows is given (shared
+// memory, ng · 128 floats in part's order), each output's new value goes
+// there too, zeros past out: mma_gemv_sums reads them.
 __device__ __forceinline__ void mma_gemv_add(float *y, const float *part, int m, int out, int n0, int ng, int spans,
-                                             int T, int acc = 0, const float *held = 0) {
+                                             int T, int acc = 0, const float *held = 0, float *rows = 0) {
 	// Output i, with its old y in *old where held (else read here).
 	auto add = [&](int i, const float *old) {
 		int n = i >> 7, r = (i >> 3) & 15, tk = i & 7;
 		int row = 16 * m + r, t = 8 * (n0 + n) + tk;
+		float v = 0.0f;
 		if (row < out && t < T) {
 			float sum = 0.0f;
 			for (int s = 0; s < spans; s++) sum += part[((s * ng + n) * 16 + r) * 8 + tk];
 			float *yo = y + (i64)t * out + row;
-			*yo = acc ? (old ? *old : *yo) + sum : sum;
+			v = acc ? (old ? *old : *yo) + sum : sum;
+			*yo = v;
 		}
+		if (rows) rows[i] = v;
 	};
 	int i = threadIdx.x;
 	if (held) { // unrolled, so that held stays in registers
@@ -230,6 +242,22 @@ __device__ __forceinline__ void mma_gemv_add(float *y, const float *part, int m,
 			if (i < ng * 128) add(i, &held[k]);
 	}
 	for (; i < ng * 128; i += blockDim.x) add(i, 0);
+}
+
+// mma_gemv_sums writes row tile m's RMS tile sums (rms_tile: the first
+// step of the RMS order, common.cuh) of the new y that mma_gemv_add left
+// in rows, for each token t of the ng groups from n0 below T, to sums[t ·
+// ⌈out / 16⌉ + m]; a GEMV that normalizes y then adds them up
+// (lb_mma_gemv_bulk1_rms). The caller's barrier comes first.
+__device__ __forceinline__ void mma_gemv_sums(float *sums, const float *rows, int m, int out, int n0, int ng, int T) {
+	for (int j = threadIdx.x; j < ng * 8; j += blockDim.x) {
+		int n = j >> 3, tk = j & 7, t = 8 * (n0 + n) + tk;
+		if (t >= T) continue;
+		float v[16];
+#pragma unroll
+		for (int r = 0; r < 16; r++) v[r] = rows[(n * 16 + r) * 8 + tk];
+		sums[(i64)t * ((out + 15) / 16) + m] = rms_tile(v);
+	}
 }
 
 #define MMA_GEMV_WARPS 4

@@ -36,7 +36,8 @@
 // barrier, so y[t,o] has the bits of every other BF16 kernel.
 //
 // Dynamic shared memory: nw · ring · 8 KB of slots, then the spans' sums
-// (spans · gpb · 512 bytes); the mbarriers are static.
+// (spans · gpb · 512 bytes), then what sums or an RMS input take (below);
+// the mbarriers are static.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define MMA_BULK_RING_MAX 2
 #define MMA_BULK_WARPS 8
@@ -138,14 +139,109 @@ __device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uin
 	}
 }
 
+// The decode step's RMSNorm inside the GEMV after it (BF16 activations,
+// up to RMS_GEMV_TOKENS tokens): the o and down projections add into the
+// residual stream x and write its rows' RMS tile sums (lb_mma_gemv_bulk1
+// with sums: mma_gemv_sums); the q/k/v and the gate and up GEMVs after
+// them (lb_mma_gemv_bulk1_rms, lb_mma_gemv_bulk1_silu_rms) add the sums
+// up (rms_total), normalize the columns of each span they take and round
+// them to BF16 themselves. The values are lb_rmsnorm_terms_slices's, bit
+// for bit (the RMS order, common.cuh), so the products are too; the norm
+// launch between the two GEMVs, about 4 µs of a Qwen3-8B layer's chain
+// each (BENCHMARKS.md), is gone.
+#define RMS_GEMV_TOKENS 2
+
+// rms_in is such a GEMV's input: RMSNorm(x) with x [T, in] float32 (in a
+// multiple of 16), sums [T][in / 16] x's RMS tile sums, the norm's weight
+// w (gain w, or 1 + w with zc) and eps. r holds each token's 1 / rms once
+// a warp has computed it (rms_in_scale).
+struct rms_in {
+	const float *x, *sums, *w;
+	float eps;
+	int zc;
+	float r[RMS_GEMV_TOKENS];
+	bool ready;
+};
+
+// rms_in_scale computes the warp's r from the sums, once (after the wait:
+// the kernel before wrote them).
+__device__ __forceinline__ void rms_in_scale(rms_in &ri, int nc, int T) {
+	if (ri.ready) return;
+#pragma unroll
+	for (int t = 0; t < RMS_GEMV_TOKENS; t++)
+		if (t < T) {
+			const float *st = ri.sums + (i64)t * nc;
+			ri.r[t] = rms_scale(rms_total([&](int m) { return __ldcg(st + m); }, nc), 16 * nc, ri.eps);
+		}
+	ri.ready = true;
+}
+
+// mma_gemv_span_rms is mma_gemv_span (one token group, BF16 terms) on an
+// RMS input: the warp's 32 lanes load the span's 16 chunks of x (8 columns
+// a lane, a token at a time) and of the gains, normalize and round them
+// as lb_rmsnorm_terms_slices does, and put them in the warp's stage
+// (shared memory, [16 chunks][8 lanes] B fragments: lanes 4t + q of tokens
+// t < RMS_GEMV_TOKENS), from which the live lanes take their fragments.
+template <typename Wait>
+__device__ __forceinline__ void mma_gemv_span_rms(float *part, const uint4 *slot, rms_in &ri, u32 *stage, int nc,
+                                                  int s, int T, int lane, Wait wait, const uint4 *regs) {
+	int c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0), ci = lane >> 1, h = lane & 1;
+	int col = (c0 + ci) * 16 + 8 * h, D = 16 * nc;
+	float g[8], xv[RMS_GEMV_TOKENS][8];
+	if (ci < nch) {
+#pragma unroll
+		for (int e = 0; e < 8; e += 4) {
+			float4 wv = __ldg((const float4 *)(ri.w + col + e));
+			g[e] = rms_gain(wv.x, ri.zc), g[e + 1] = rms_gain(wv.y, ri.zc);
+			g[e + 2] = rms_gain(wv.z, ri.zc), g[e + 3] = rms_gain(wv.w, ri.zc);
+#pragma unroll
+			for (int t = 0; t < RMS_GEMV_TOKENS; t++)
+				if (t < T) {
+					float4 v = __ldcg((const float4 *)(ri.x + (i64)t * D + col + e));
+					xv[t][e] = v.x, xv[t][e + 1] = v.y, xv[t][e + 2] = v.z, xv[t][e + 3] = v.w;
+				}
+		}
+	}
+	rms_in_scale(ri, nc, T);
+	if (ci < nch) {
+#pragma unroll
+		for (int t = 0; t < RMS_GEMV_TOKENS; t++)
+			if (t < T)
+#pragma unroll
+				for (int p = 0; p < 4; p++) {
+					u32 b, zero;
+					mma_terms_n(rms_apply(xv[t][2 * p], ri.r[t], g[2 * p]),
+					            rms_apply(xv[t][2 * p + 1], ri.r[t], g[2 * p + 1]), &b, &zero, &zero, 1);
+					// Columns 8h + 2p, +1: lane 4t + p's word h.
+					stage[((ci * 8 + 4 * t + p) << 1) + h] = b;
+				}
+	}
+	__syncwarp();
+	bool live = lane < 4 * T;
+	const uint2 *st = (const uint2 *)stage;
+	wait();
+	float acc[4];
+	// (Every lane reads inside the stage; the dead lanes' reads are dropped.)
+	mma_span<false, 1>(
+	    acc, slot, nch, lane,
+	    [&](int i, int) {
+		    uint2 v = st[i * 8 + (lane & 7)];
+		    return live ? v : make_uint2(0u, 0u);
+	    },
+	    regs);
+	__syncwarp(); // the stage takes the warp's next span
+	mma_part_put(part, acc, s, 1, 0, lane);
+}
+
 // mma_gemv_bulk is lb_mma_gemv_bulk's body on TERMS terms of the
 // activations (3, or 1: hi alone, lb_mma_gemv_bulk1), with the block's
-// dynamic shared memory smem and its mbarriers bars.
-template <int TERMS>
+// dynamic shared memory smem and its mbarriers bars; with RMS, on the RMS
+// input ri instead of xs (one token group, BF16).
+template <int TERMS, bool RMS = false>
 __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
                                               int out0, float *y1, const uint4 *w1, int out1, float *y2,
                                               const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
-                                              int ring, int acc) {
+                                              int ring, int acc, float *sums, rms_in *ri = 0) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
 	float *y;
@@ -153,6 +249,10 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	mma_pick(&m, 16, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
 	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
+	// After the spans' sums: with RMS the warps' stages, with sums the new y
+	// (gpb · 128 floats).
+	float *rows = part + spans * gpb * 128;
+	u32 *stage = (u32 *)rows + wi * MMA_SPAN * 16;
 	// With acc, the residual stream's old values are loaded before the wait
 	// (inside mma_bulk_spans): the kernels a decode step runs just before
 	// (the attention, the SiLU product) do not write it.
@@ -164,10 +264,17 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 	// terms' 48 activation fragments leave no room for it.
 	mma_bulk_spans<TERMS == 1>(smem + wi * ring * MMA_SPAN * 32, bars[wi], w + (i64)m * nc * 32, nc, wi, nw, ring,
 	                           [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
-		                           mma_gemv_span<false, TERMS>(part, slot, xs, nc, s, n0, ng, T, lane, wait, regs);
+		                           if (RMS)
+			                           mma_gemv_span_rms(part, slot, *ri, stage, nc, s, T, lane, wait, regs);
+		                           else
+			                           mma_gemv_span<false, TERMS>(part, slot, xs, nc, s, n0, ng, T, lane, wait, regs);
 	                           });
 	__syncthreads();
-	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc, acc ? held : 0);
+	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc, acc ? held : 0, sums ? rows : 0);
+	if (sums) {
+		__syncthreads();
+		mma_gemv_sums(sums, rows, m, out, n0, ng, T);
+	}
 }
 
 // lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
@@ -175,15 +282,18 @@ __device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_
 // by its chunk: mma_span<false>), so that two blocks of 8 warps share an SM.
 // acc: y += W·x (a decode step's o and down projections add into the
 // residual stream, so that the norm after them has no add and spreads
-// over blocks: lb_rmsnorm_terms_slices), y's old values read before the
-// wait: the kernel launched just before must not write y.
+// over blocks: lb_rmsnorm_terms_slices, or goes into the GEMV after:
+// lb_mma_gemv_bulk1_rms), y's old values read before the wait: the kernel
+// launched just before must not write y. sums (or null): y's new RMS tile
+// sums [T][⌈out / 16⌉] (mma_gemv_sums), for lb_mma_gemv_bulk1_rms; its
+// block then has gpb · 512 bytes more dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                      const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                     int acc) {
+                     int acc, float *sums) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
+	mma_gemv_bulk<3>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sums);
 }
 
 // lb_mma_gemv_bulk1: lb_mma_gemv_bulk on BF16 activations (terms written
@@ -194,10 +304,26 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
     lb_mma_gemv_bulk1(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
                       const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb, int ring,
-                      int acc) {
+                      int acc, float *sums) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc);
+	mma_gemv_bulk<1>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, xs, T, in, gpb, ring, acc, sums);
+}
+
+// lb_mma_gemv_bulk1_rms: lb_mma_gemv_bulk1 (one token group, no acc) on
+// the RMS input RMSNorm(x) (rms_in: x [T ≤ RMS_GEMV_TOKENS, in], in a
+// multiple of 16, its RMS tile sums, the norm's weight nw, eps, zc) in
+// place of BF16 terms: the bits of lb_rmsnorm_terms_slices then
+// lb_mma_gemv_bulk1. Dynamic shared memory: lb_mma_gemv_bulk1's with gpb
+// 1, then 1 KB a warp (its stage).
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk1_rms(float *y0, const uint4 *w0, int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                          const uint4 *w2, int out2, const float *x, const float *sums, const float *nw, float eps,
+                          int zc, int T, int in, int ring) {
+	extern __shared__ uint4 smem[];
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	rms_in ri = {x, sums, nw, eps, zc, {0.0f}, false};
+	mma_gemv_bulk<1, true>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, 0, T, in, 1, ring, 0, 0, &ri);
 }
 
 // lb_mma_gemv_bulk1_silu: a decode step's gate and up GEMVs on BF16 terms
@@ -219,19 +345,25 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 // lb_silu_mul1 as lb_silu_mul_terms does, zeros past out.
 //
 // Dynamic shared memory: nw · ring · 8 KB of slots, then the spans' sums
-// [2][spans][16 rows][8 tokens].
-extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
-    lb_mma_gemv_bulk1_silu(u32 *xo, const uint4 *wg, const uint4 *wu, int out, int nco, int nto, const uint2 *xs,
-                           int T, int in, int ring) {
+// [2][spans][16 rows][8 tokens]. mma_gemv_silu is its body, with RMS that
+// of lb_mma_gemv_bulk1_silu_rms.
+template <bool RMS>
+__device__ __forceinline__ void mma_gemv_silu(u32 *xo, const uint4 *wg, const uint4 *wu, int out, int nco, int nto,
+                                              const uint2 *xs, int T, int in, int ring, rms_in *ri) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5, hw = nw >> 1;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
 	int up = wi >= hw, hi = wi - up * hw; // which weight, and the warp's place among its half
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
+	u32 *stage = (u32 *)(part + 2 * spans * 128) + wi * MMA_SPAN * 16; // RMS: the warp's
 	mma_bulk_spans<true>(smem + wi * ring * MMA_SPAN * 32, bars[wi], (up ? wu : wg) + (i64)m * nc * 32, nc, hi, hw, ring,
 	                     [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
-		                     mma_gemv_span<false, 1>(part + up * spans * 128, slot, xs, nc, s, 0, 1, T, lane, wait, regs);
+		                     float *pw = part + up * spans * 128;
+		                     if (RMS)
+			                     mma_gemv_span_rms(pw, slot, *ri, stage, nc, s, T, lane, wait, regs);
+		                     else
+			                     mma_gemv_span<false, 1>(pw, slot, xs, nc, s, 0, 1, T, lane, wait, regs);
 	                     });
 	__syncthreads();
 	// Thread i: rows 16m + r, r + 1 (r even) of token tk.
@@ -248,6 +380,23 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 		}
 		mma_put_terms(xo, nco, tk, 16 * m + r, v[0], v[1], nto);
 	}
+}
+
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk1_silu(u32 *xo, const uint4 *wg, const uint4 *wu, int out, int nco, int nto, const uint2 *xs,
+                           int T, int in, int ring) {
+	mma_gemv_silu<false>(xo, wg, wu, out, nco, nto, xs, T, in, ring, 0);
+}
+
+// lb_mma_gemv_bulk1_silu_rms: lb_mma_gemv_bulk1_silu on the RMS input
+// RMSNorm(x) (as lb_mma_gemv_bulk1_rms): the bits of
+// lb_rmsnorm_terms_slices then lb_mma_gemv_bulk1_silu. Dynamic shared
+// memory: lb_mma_gemv_bulk1_silu's, then 1 KB a warp.
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk1_silu_rms(u32 *xo, const uint4 *wg, const uint4 *wu, int out, int nco, int nto, const float *x,
+                               const float *sums, const float *nw, float eps, int zc, int T, int in, int ring) {
+	rms_in ri = {x, sums, nw, eps, zc, {0.0f}, false};
+	mma_gemv_silu<true>(xo, wg, wu, out, nco, nto, 0, T, in, ring, &ri);
 }
 
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
