@@ -146,10 +146,20 @@ __device__ __forceinline__ float rms_tile(const float *v) {
 }
 
 // rms_total adds n tile sums (tile(m) returns tile m's) in the RMS order;
-// every lane of the calling warp returns the total.
+// every lane of the calling warp returns the total. A lane reads its tiles
+// eight at a time before it adds them: read from global memory one by one,
+// each load waited for the add before it (eight L2 latencies a 4,096-wide
+// row, which took back all a norm launch saved).
 template <typename Tile> __device__ __forceinline__ float rms_total(Tile tile, int n) {
 	float t = 0.0f;
-	for (int m = threadIdx.x & 31; m < n; m += 32) t = __fadd_rn(t, tile(m));
+	for (int m0 = threadIdx.x & 31; m0 < n; m0 += 32 * 8) {
+		float v[8];
+#pragma unroll
+		for (int k = 0; k < 8; k++) v[k] = m0 + 32 * k < n ? tile(m0 + 32 * k) : 0.0f;
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			if (m0 + 32 * k < n) t = __fadd_rn(t, v[k]);
+	}
 	return warp_sum(t);
 }
 
