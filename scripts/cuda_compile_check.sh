@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Compiles the embedded kernel program (cu/common.cuh, then cu/*.cu in name
-# order, as kernels/cuda.Source assembles it for NVRTC) with a local nvcc,
-# and prints each kernel's registers, spills and shared memory: a check on
-# a machine without a GPU before spending device time. Needs nvcc (Debian:
-# apt-get install nvidia-cuda-toolkit from non-free; 11.8 compiles sm_90).
+# Compiles the embedded kernel program (scripts/kernel_source.sh) with a
+# local nvcc, and prints each kernel's registers, spills and shared
+# memory: a check on a machine without a GPU before spending device time.
+# Needs nvcc (Debian: apt-get install nvidia-cuda-toolkit from non-free;
+# 11.8 compiles sm_90).
 # Not part of CI: NVRTC on the GPU machine is the compiler of record.
 #
 #   scripts/cuda_compile_check.sh [kernel-name-regexp]
@@ -12,13 +12,7 @@ cd "$(dirname "$0")/.."
 command -v nvcc >/dev/null || { echo "nvcc not found" >&2; exit 2; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-{
-	cat kernels/cuda/cu/common.cuh
-	for f in $(ls kernels/cuda/cu/*.cu | LC_ALL=C sort); do
-		printf '\n// ---- %s\n' "${f#kernels/cuda/}"
-		cat "$f"
-	done
-} >"$dir/all.cu"
+scripts/kernel_source.sh >"$dir/all.cu"
 nvcc -arch=sm_90 -std=c++17 --cubin -Xptxas -v -o "$dir/all.cubin" "$dir/all.cu" 2>"$dir/log" || { cat "$dir/log"; exit 1; }
 awk -v re="${1:-.}" '
 	/Compiling entry function/ { name = $0; sub(/.*function .?/, "", name); sub(/.? for.*/, "", name) }

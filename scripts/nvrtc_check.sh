@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Compiles the embedded kernel program (cu/common.cuh, then cu/*.cu in name
-# order, as kernels/cuda.Source assembles it) to PTX for compute_90 with a
-# local NVRTC, on a machine without a GPU or CUDA toolkit: the C++ front
-# end's errors (syntax, templates, lambdas NVRTC rejects) found before a
-# device call. The inline PTX is not assembled (NVRTC 11.8 emits it as
-# written); NVRTC on the GPU machine stays the compiler of record, and
-# scripts/cuda_compile_check.sh (nvcc) reports registers where nvcc exists.
+# Compiles the embedded kernel program (scripts/kernel_source.sh) to PTX
+# for compute_90 with a local NVRTC, on a machine without a GPU or CUDA
+# toolkit: the C++ front end's errors (syntax, templates, lambdas NVRTC
+# rejects) found before a device call. The inline PTX is not assembled
+# (NVRTC 11.8 emits it as written); NVRTC on the GPU machine stays the
+# compiler of record, and scripts/cuda_compile_check.sh (nvcc) reports
+# registers where nvcc exists.
 # NVRTC 11.8 is Debian bookworm's libnvrtc11.2, in the non-free component:
 #   printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
 #     >/etc/apt/sources.list.d/non-free.sources
@@ -18,13 +18,7 @@ cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 gcc -O1 -o "$dir/nvrtc_check" scripts/nvrtc_check.c -ldl
-{
-	cat kernels/cuda/cu/common.cuh
-	for f in $(ls kernels/cuda/cu/*.cu | LC_ALL=C sort); do
-		printf '\n// ---- %s\n' "${f#kernels/cuda/}"
-		cat "$f"
-	done
-} >"$dir/all.cu"
+scripts/kernel_source.sh >"$dir/all.cu"
 # Warnings off (-w): NVRTC 11.8 notes every kernel's "extern __shared__"
 # array and unreachable template branches; errors are what this is for.
 "$dir/nvrtc_check" "$dir/all.cu" -w "$@"
