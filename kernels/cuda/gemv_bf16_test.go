@@ -246,22 +246,7 @@ func TestGemvSiLU(t *testing.T) {
 			}
 			return b
 		}
-		got, want := terms(true), terms(false)
-		// (chunk) blocks of 3 terms × 32 lanes × 8 bytes: lane 4g + q holds
-		// token g (lanes of tokens past T: written by neither).
-		bad := 0
-		for blk := 0; blk < len(want)/768 && bad < 3; blk++ {
-			for lane := range 32 {
-				for term := range 3 {
-					at := blk*768 + term*256 + lane*8
-					if lane/4 < c.T && !bytes.Equal(got[at:at+8], want[at:at+8]) {
-						t.Errorf("%d tokens, %dx%d: chunk %d, lane %d, term %d: fused %x, unfused %x", c.T, c.out, c.in, blk, lane, term,
-							got[at:at+8], want[at:at+8])
-						bad++
-					}
-				}
-			}
-		}
+		sameSiLUTerms(t, fmt.Sprintf("%d tokens, %dx%d", c.T, c.out, c.in), terms(true), terms(false), c.T)
 	}
 	ws, _ := gemvWeights(t, d, rng, []int{32, 32}, 64, 0)
 	err := d.Run(func(k *K) error {
@@ -280,6 +265,26 @@ func TestGemvSiLU(t *testing.T) {
 	})
 	if err != nil {
 		t.Error(err)
+	}
+}
+
+// sameSiLUTerms reports the first few differences between the down
+// projection's input terms got (a fused path's) and want, for T tokens:
+// (chunk) blocks of 3 terms × 32 lanes × 8 bytes, lane 4g + q holding
+// token g (lanes of tokens past T: written by neither).
+func sameSiLUTerms(t *testing.T, name string, got, want []byte, T int) {
+	t.Helper()
+	bad := 0
+	for blk := 0; blk < len(want)/768 && bad < 3; blk++ {
+		for lane := range 4 * T {
+			for term := range 3 {
+				at := blk*768 + term*256 + lane*8
+				if !bytes.Equal(got[at:at+8], want[at:at+8]) {
+					t.Errorf("%s: chunk %d, lane %d, term %d: fused %x, unfused %x", name, blk, lane, term, got[at:at+8], want[at:at+8])
+					bad++
+				}
+			}
+		}
 	}
 }
 
