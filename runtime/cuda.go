@@ -51,6 +51,7 @@ type CUDAExecutor struct {
 	// decodeBF16 (WithBF16Activations): every row takes BF16 activations,
 	// generated ones on the tensor-core GEMVs' one-term path.
 	decodeBF16 bool
+	gemvNorms  GEMVNorms
 }
 
 type cudaLayer struct {
@@ -83,6 +84,10 @@ func NewCUDAExecutor(m *Model, d *cuda.Device, blocks, blockSize int, dtype kern
 	}
 	e := &CUDAExecutor{m: m, d: d, dtype: dtype, blocks: blocks, blockSize: blockSize,
 		graphs: map[graphKey]*cuda.Graph{}, graphGen: map[graphKey]int{}}
+	var err error
+	if e.gemvNorms, err = gemvNormsFromEnv(); err != nil {
+		return nil, err
+	}
 	for _, o := range opts {
 		o(e)
 	}

@@ -131,9 +131,10 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 // terms directly (no separate split launch): they compute the float32
 // values layersFloat's kernels write and split them as lb_mma_split does.
 // In a decode step of BF16 activations and a token or two (RMSInGemv) the
-// o and down projections also write the new residual's RMS tile sums, and
-// the norms after them go into the GEMVs that take their output
-// (MatMulRMS, MatMulSiLURMS): the same bits, with no norm launch.
+// norms that e.gemvNorms names go into the GEMVs that take their output
+// (MatMulRMS, MatMulSiLURMS), and the projection before each (down for the
+// input norm, o for the post-attention one) writes the new residual's RMS
+// tile sums: the same bits, with no norm launch.
 func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float32) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
@@ -145,11 +146,16 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 	if _, err := k.TermsFor(T, max(d.hidden, qd, d.inter)); err != nil {
 		return err
 	}
-	var sums cuda.Buf // the residual's RMS tile sums, where the norms go into the GEMVs
-	if e.decodeBF16 && k.RMSInGemv(T, d.hidden) {
+	// sums holds the residual's RMS tile sums where a norm goes into a
+	// GEMV; oSums is the o projection's share of that work.
+	var sums, oSums cuda.Buf
+	if e.decodeBF16 && e.gemvNorms != GEMVNormsNone && k.RMSInGemv(T, d.hidden) {
 		var err error
 		if sums, err = k.RMSSumsFor(T, d.hidden); err != nil {
 			return err
+		}
+		if e.gemvNorms == GEMVNormsAll {
+			oSums = sums
 		}
 	}
 	terms := func(width int, produce func(cuda.Terms) error) (cuda.Terms, error) {
@@ -161,11 +167,11 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 	}
 	// normThen runs RMSNorm(x) (of x + h unless the projection before
 	// added into x: added; a zero h adds nothing), then the matmuls after
-	// it: in one launch (fused) where that projection wrote sums, else the
-	// norm writes the terms that matmul takes (RMSNormTerms over several
-	// blocks where x holds the sum already).
-	normThen := func(added bool, h, w cuda.Buf, fused func(cuda.RMSInput) (bool, error), matmul func(cuda.Terms) error) error {
-		if added && sums.Bytes() > 0 {
+	// it: in one launch (fused) where that projection wrote its sums into
+	// summed, else the norm writes the terms that matmul takes
+	// (RMSNormTerms over several blocks where x holds the sum already).
+	normThen := func(added bool, summed, h, w cuda.Buf, fused func(cuda.RMSInput) (bool, error), matmul func(cuda.Terms) error) error {
+		if added && summed.Bytes() > 0 {
 			ok, err := fused(cuda.RMSInput{X: x, Sums: sums, W: w, T: T, D: d.hidden, Eps: d.eps})
 			if ok || err != nil {
 				return err
@@ -191,13 +197,13 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 			hin = cuda.Buf{}
 		}
 		ys, ws := []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}
-		err := normThen(added, hin, dl.inputNorm,
+		err := normThen(added, sums, hin, dl.inputNorm,
 			func(in cuda.RMSInput) (bool, error) { return k.MatMulRMS(in, ys, ws) },
 			func(t cuda.Terms) error { return k.MatMulTerms(t, ys, ws) })
 		if err != nil {
 			return err
 		}
-		if added, err = e.attention(k, dl, T, bt, scale, true, sums); err != nil {
+		if added, err = e.attention(k, dl, T, bt, scale, true, oSums); err != nil {
 			return err
 		}
 		// The gate and up GEMVs write silu(gate)·up as the down
@@ -209,7 +215,7 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 			td, err = k.SiLUTermsFor(T, d.inter)
 			return err
 		}
-		err = normThen(added, h, dl.postNorm,
+		err = normThen(added, oSums, h, dl.postNorm,
 			func(in cuda.RMSInput) (bool, error) {
 				if err := siluTerms(); err != nil {
 					return false, err

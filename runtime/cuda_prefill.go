@@ -2,7 +2,12 @@
 
 package runtime
 
-import "github.com/lowbit-ai/lowbit/kernels/cuda"
+import (
+	"fmt"
+	"os"
+
+	"github.com/lowbit-ai/lowbit/kernels/cuda"
+)
 
 // CUDAOption configures a CUDAExecutor.
 type CUDAOption func(*CUDAExecutor)
@@ -35,6 +40,44 @@ func WithPrefillBF16() CUDAOption { return func(e *CUDAExecutor) { e.prefillBF16
 func WithBF16Activations() CUDAOption {
 	return func(e *CUDAExecutor) { e.prefillBF16, e.decodeBF16 = true, true }
 }
+
+// GEMVNorms says which of a decode step's RMSNorms run inside the GEMV
+// that takes their output (cuda.MatMulRMS, MatMulSiLURMS: the bits of the
+// norm launch, without it) where the kernels can (cuda.K.RMSInGemv: BF16
+// activations, a token or two). LOWBIT_RMS_GEMV sets it for measurement:
+// 0, qkv or all.
+type GEMVNorms int
+
+const (
+	// GEMVNormsInput puts each layer's input norm into its q/k/v GEMV;
+	// the down projection writes the residual's tile sums. The default:
+	// on the H200 it saved about 2.5 µs a Qwen3-8B layer (BENCHMARKS.md).
+	GEMVNormsInput GEMVNorms = iota
+	// GEMVNormsNone launches every norm (RMSNormTerms).
+	GEMVNormsNone
+	// GEMVNormsAll also puts the post-attention norm into the gate/up
+	// GEMV (the o projection writes sums too). Measured neutral: the
+	// norm hid only that GEMV's ramp, whose blocks cannot be resident
+	// while the o projection fills the SMs.
+	GEMVNormsAll
+)
+
+// gemvNormsFromEnv parses LOWBIT_RMS_GEMV.
+func gemvNormsFromEnv() (GEMVNorms, error) {
+	switch v := os.Getenv("LOWBIT_RMS_GEMV"); v {
+	case "", "qkv":
+		return GEMVNormsInput, nil
+	case "0":
+		return GEMVNormsNone, nil
+	case "all":
+		return GEMVNormsAll, nil
+	default:
+		return 0, fmt.Errorf("runtime: LOWBIT_RMS_GEMV=%q: want 0, qkv or all", v)
+	}
+}
+
+// WithGEMVNorms sets which norms go into the GEMVs, over LOWBIT_RMS_GEMV.
+func WithGEMVNorms(n GEMVNorms) CUDAOption { return func(e *CUDAExecutor) { e.gemvNorms = n } }
 
 // matmulShared is k.MatMulShared, on BF16 activations under
 // WithBF16Activations.

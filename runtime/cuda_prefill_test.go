@@ -5,6 +5,7 @@ package runtime
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/lowbit-ai/lowbit/checkpoint"
@@ -126,26 +127,58 @@ func bf16Sequences(seed uint64) [][]int {
 // lb_mma_gemv_bulk1); and with every row a generated one the logits match
 // the CPU's forward with BF16 activations before every matmul, the lm_head
 // included, within TestCUDAPrefillBF16's 1e-3 of the largest logit, for the
-// same reason.
+// same reason. Each GEMVNorms gives the same bits as GEMVNormsNone, and
+// runs the kernels it names (in the steps of two generated tokens).
 func TestCUDABF16Activations(t *testing.T) {
 	d := cudaDevice(t)
 	m, refModel := bf16Models(t, true)
 	V := m.VocabSize()
 	seqs := bf16Sequences(5)
 	prompts := []int{9, 7, 14}
-	fast, err := NewCUDAExecutor(m, d, 32, 4, kernels.KVBF16, WithBF16Activations())
-	if err != nil {
-		t.Fatal(err)
+	var base [][]float32
+	for _, c := range []struct {
+		name  string
+		norms GEMVNorms
+		want  []string // the fused norms' kernels that must run
+	}{
+		{"none", GEMVNormsNone, nil},
+		{"input", GEMVNormsInput, []string{"lb_mma_gemv_bulk1_rms"}},
+		{"all", GEMVNormsAll, []string{"lb_mma_gemv_bulk1_rms", "lb_mma_gemv_bulk1_silu_rms"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fast, err := NewCUDAExecutor(m, d, 32, 4, kernels.KVBF16, WithBF16Activations(), WithGEMVNorms(c.norms))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fast.Close()
+			if err := d.StartProfile(); err != nil {
+				t.Fatal(err)
+			}
+			together := stepsCase(t, fast, seqs, prompts, [][]int{{5, 7, 3}, {9, 7, 14}, {10, 7, 15}, {11, 7, 16}, {12, 7, 20}}, V)
+			ran := map[string]bool{}
+			for _, kt := range d.StopProfile() {
+				ran[kt.Name] = true
+			}
+			for _, name := range []string{"lb_mma_gemv_bulk1_rms", "lb_mma_gemv_bulk1_silu_rms"} {
+				if want := slices.Contains(c.want, name); ran[name] != want {
+					t.Errorf("%s ran: %v, want %v", name, ran[name], want)
+				}
+			}
+			if base == nil {
+				base = together
+			}
+			for i, s := range seqs {
+				if !sameBits(together[i], base[i]) {
+					t.Errorf("sequence %d: logits differ from those of every norm launched (max |Δ| %.3g)", i, maxDiff(together[i], base[i]))
+				}
+				alone := stepsCase(t, fast, seqs[i:i+1], prompts[i:i+1], [][]int{{len(s)}}, V)[0]
+				if !sameBits(alone, together[i]) {
+					t.Errorf("sequence %d: BF16-activation logits alone differ from batched (max |Δ| %.3g)", i, maxDiff(alone, together[i]))
+				}
+			}
+			none := []int{0, 0, 0}
+			steps := [][]int{{3, 2, 8}, {4, 3, 9}, {12, 7, 20}}
+			matchBF16Reference(t, "BF16 activations", stepsCase(t, fast, seqs, none, steps, V), m, refModel, seqs, none, steps)
+		})
 	}
-	defer fast.Close()
-	together := stepsCase(t, fast, seqs, prompts, [][]int{{5, 7, 3}, {9, 7, 14}, {10, 7, 15}, {11, 7, 16}, {12, 7, 20}}, V)
-	for i, s := range seqs {
-		alone := stepsCase(t, fast, seqs[i:i+1], prompts[i:i+1], [][]int{{len(s)}}, V)[0]
-		if !sameBits(alone, together[i]) {
-			t.Errorf("sequence %d: BF16-activation logits alone differ from batched (max |Δ| %.3g)", i, maxDiff(alone, together[i]))
-		}
-	}
-	none := []int{0, 0, 0}
-	steps := [][]int{{3, 2, 8}, {4, 3, 9}, {12, 7, 20}}
-	matchBF16Reference(t, "BF16 activations", stepsCase(t, fast, seqs, none, steps, V), m, refModel, seqs, none, steps)
 }

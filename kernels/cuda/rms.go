@@ -2,19 +2,11 @@
 
 package cuda
 
-import (
-	"fmt"
-	"os"
-)
+import "fmt"
 
 // rmsGemvTokens is RMS_GEMV_TOKENS in matmul_mma_bulk.cu: the most tokens
 // an RMS input carries.
 const rmsGemvTokens = 2
-
-// rmsInGemv is whether the decode step's norms go into the GEMVs after the
-// o and down projections (LOWBIT_RMS_GEMV=0: the norm launches, to
-// measure).
-var rmsInGemv = os.Getenv("LOWBIT_RMS_GEMV") != "0"
 
 // RMSInput is a matmul input given as RMSNorm(X) rather than as terms: X
 // [T, D] float32, the residual stream that a MatMulTermsAdd with Sums has
@@ -36,13 +28,14 @@ func (k *K) RMSSumsFor(T, D int) (Buf, error) {
 	return k.d.persistent("rms_sums", 4*T*((D+15)/16))
 }
 
-// RMSInGemv reports whether MatMulRMS and MatMulSiLURMS run for T tokens of
-// width D (sm_90, BF16 activations of up to rmsGemvTokens tokens, D a
-// multiple of 16 within the norm kernels' widths); where they do not, the
-// caller runs RMSNormTerms and the terms' GEMVs, and its producer need
-// not write sums.
+// RMSInGemv reports whether MatMulRMS and MatMulSiLURMS can run for T
+// tokens of width D (sm_90, BF16 activations of up to rmsGemvTokens
+// tokens, D a multiple of 16 within the norm kernels' widths); where they
+// cannot, the caller runs RMSNormTerms and the terms' GEMVs, and its
+// producer need not write sums. Whether they should is the caller's
+// choice (the runtime's LOWBIT_RMS_GEMV).
 func (k *K) RMSInGemv(T, D int) bool {
-	return rmsInGemv && k.d.Major >= 9 && T >= 1 && T <= rmsGemvTokens && D%16 == 0 && rmsWidth("", D) == nil
+	return k.d.Major >= 9 && T >= 1 && T <= rmsGemvTokens && D%16 == 0 && rmsWidth("", D) == nil
 }
 
 // check validates in for a GEMV of input width inWidth.
