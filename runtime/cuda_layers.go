@@ -61,7 +61,7 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 		if err := e.matmulBF16(k, xb, n, p, T, []cuda.Buf{q, kk, v}, dl.q, dl.k, dl.v); err != nil {
 			return err
 		}
-		if _, err := e.attention(k, dl, T, bt, scale, false, cuda.Buf{}); err != nil {
+		if _, err := e.attention(k, dl, T, bt, scale, false); err != nil {
 			return err
 		}
 		if nb, np, err = e.normBF16(k, x, h, n, dl.postNorm, T, dl.gate, dl.up); err != nil {
@@ -92,10 +92,9 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 // attention, o_proj. With terms (layersTerms), a decode step's attention
 // writes the o-projection's input terms itself (AttentionBatchTerms): no
 // split launch; and the o-projection adds into the residual stream act.x
-// where it can (MatMulTermsAdd, writing the new rows' RMS tile sums into
-// sums unless it is a zero Buf), which it reports (act.h then holds
+// where it can (MatMulTermsAdd), which it reports (act.h then holds
 // nothing).
-func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, terms bool, sums cuda.Buf) (bool, error) {
+func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, terms bool) (bool, error) {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
 	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
@@ -115,7 +114,7 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 		if !fused {
 			return false, e.matmul(k, att, T, h, dl.o)
 		}
-		if added, err := k.MatMulTermsAdd(t, a.x.F32(0, T*d.hidden), dl.o, sums); added || err != nil {
+		if added, err := k.MatMulTermsAdd(t, a.x.F32(0, T*d.hidden), dl.o, cuda.Buf{}); added || err != nil {
 			return added, err
 		}
 		return false, k.MatMulTerms(t, h, []*cuda.Weight{dl.o})
@@ -130,11 +129,10 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 // all tiled BF16: the norms and SiLU-mul write the matmuls' inputs as mma
 // terms directly (no separate split launch): they compute the float32
 // values layersFloat's kernels write and split them as lb_mma_split does.
-// In a decode step of BF16 activations and a token or two (RMSInGemv) the
-// norms that e.gemvNorms names go into the GEMVs that take their output
-// (MatMulRMS, MatMulSiLURMS), and the projection before each (down for the
-// input norm, o for the post-attention one) writes the new residual's RMS
-// tile sums: the same bits, with no norm launch.
+// In a decode step of BF16 activations and a token or two (RMSInGemv,
+// under GEMVNormsInput) each layer's input norm goes into its q/k/v GEMV
+// (MatMulRMS), and the down projection before it writes the new
+// residual's RMS tile sums: the same bits, with no norm launch.
 func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float32) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
@@ -146,16 +144,11 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 	if _, err := k.TermsFor(T, max(d.hidden, qd, d.inter)); err != nil {
 		return err
 	}
-	// sums holds the residual's RMS tile sums where a norm goes into a
-	// GEMV; oSums is the o projection's share of that work.
-	var sums, oSums cuda.Buf
-	if e.decodeBF16 && e.gemvNorms != GEMVNormsNone && k.RMSInGemv(T, d.hidden) {
+	var sums cuda.Buf // the residual's RMS tile sums, where the input norms go into the GEMVs
+	if e.decodeBF16 && e.gemvNorms == GEMVNormsInput && k.RMSInGemv(T, d.hidden) {
 		var err error
 		if sums, err = k.RMSSumsFor(T, d.hidden); err != nil {
 			return err
-		}
-		if e.gemvNorms == GEMVNormsAll {
-			oSums = sums
 		}
 	}
 	terms := func(width int, produce func(cuda.Terms) error) (cuda.Terms, error) {
@@ -165,28 +158,16 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		}
 		return t, err
 	}
-	// normThen runs RMSNorm(x) (of x + h unless the projection before
-	// added into x: added; a zero h adds nothing), then the matmuls after
-	// it: in one launch (fused) where that projection wrote its sums into
-	// summed, else the norm writes the terms that matmul takes
+	// norm runs RMSNorm(x) (of x + h unless the projection before added
+	// into x: added; a zero h adds nothing) into the terms it returns
 	// (RMSNormTerms over several blocks where x holds the sum already).
-	normThen := func(added bool, summed, h, w cuda.Buf, fused func(cuda.RMSInput) (bool, error), matmul func(cuda.Terms) error) error {
-		if added && summed.Bytes() > 0 {
-			ok, err := fused(cuda.RMSInput{X: x, Sums: sums, W: w, T: T, D: d.hidden, Eps: d.eps})
-			if ok || err != nil {
-				return err
-			}
-		}
-		t, err := terms(d.hidden, func(t cuda.Terms) error {
+	norm := func(added bool, h, w cuda.Buf) (cuda.Terms, error) {
+		return terms(d.hidden, func(t cuda.Terms) error {
 			if added {
 				return k.RMSNormTerms(x, t, w, d.hidden, d.eps, false)
 			}
 			return k.AddRMSNormTerms(x, h, t, w, d.hidden, d.eps, false)
 		})
-		if err != nil {
-			return err
-		}
-		return matmul(t)
 	}
 	added := false
 	for i := range e.layers {
@@ -197,49 +178,51 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 			hin = cuda.Buf{}
 		}
 		ys, ws := []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}
-		err := normThen(added, sums, hin, dl.inputNorm,
-			func(in cuda.RMSInput) (bool, error) { return k.MatMulRMS(in, ys, ws) },
-			func(t cuda.Terms) error { return k.MatMulTerms(t, ys, ws) })
-		if err != nil {
+		fused := false
+		if added && sums.Bytes() > 0 {
+			in := cuda.RMSInput{X: x, Sums: sums, W: dl.inputNorm, T: T, D: d.hidden, Eps: d.eps}
+			var err error
+			if fused, err = k.MatMulRMS(in, ys, ws); err != nil {
+				return err
+			}
+		}
+		if !fused {
+			t, err := norm(added, hin, dl.inputNorm)
+			if err != nil {
+				return err
+			}
+			if err := k.MatMulTerms(t, ys, ws); err != nil {
+				return err
+			}
+		}
+		var err error
+		if added, err = e.attention(k, dl, T, bt, scale, true); err != nil {
 			return err
 		}
-		if added, err = e.attention(k, dl, T, bt, scale, true, oSums); err != nil {
+		t, err := norm(added, h, dl.postNorm)
+		if err != nil {
 			return err
 		}
 		// The gate and up GEMVs write silu(gate)·up as the down
 		// projection's terms themselves where they can (a decode step of
 		// BF16 activations); else SiLU-mul follows them.
 		var td cuda.Terms
-		siluTerms := func() error {
-			var err error
-			td, err = k.SiLUTermsFor(T, d.inter)
-			return err
-		}
-		err = normThen(added, oSums, h, dl.postNorm,
-			func(in cuda.RMSInput) (bool, error) {
-				if err := siluTerms(); err != nil {
-					return false, err
-				}
-				return k.MatMulSiLURMS(in, td, dl.gate, dl.up)
-			},
-			func(t cuda.Terms) error {
-				if e.decodeBF16 {
-					if err := siluTerms(); err != nil {
-						return err
-					}
-					if fused, err := k.MatMulSiLUTerms(t, td, dl.gate, dl.up); fused || err != nil {
-						return err
-					}
-				}
-				if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
-					return err
-				}
-				var err error
-				td, err = terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) })
+		fused = false
+		if e.decodeBF16 {
+			if td, err = k.SiLUTermsFor(T, d.inter); err != nil {
 				return err
-			})
-		if err != nil {
-			return err
+			}
+			if fused, err = k.MatMulSiLUTerms(t, td, dl.gate, dl.up); err != nil {
+				return err
+			}
+		}
+		if !fused {
+			if err := k.MatMulTerms(t, []cuda.Buf{g, u}, []*cuda.Weight{dl.gate, dl.up}); err != nil {
+				return err
+			}
+			if td, err = terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) }); err != nil {
+				return err
+			}
 		}
 		last := i+1 == len(e.layers)
 		downSums := sums

@@ -41,25 +41,18 @@ func WithBF16Activations() CUDAOption {
 	return func(e *CUDAExecutor) { e.prefillBF16, e.decodeBF16 = true, true }
 }
 
-// GEMVNorms says which of a decode step's RMSNorms run inside the GEMV
-// that takes their output (cuda.MatMulRMS, MatMulSiLURMS: the bits of the
-// norm launch, without it) where the kernels can (cuda.K.RMSInGemv: BF16
-// activations, a token or two). LOWBIT_RMS_GEMV sets it for measurement:
-// 0, qkv or all.
+// GEMVNorms says whether a decode step's input RMSNorms run inside the
+// q/k/v GEMV that takes their output (cuda.MatMulRMS: the bits of the norm
+// launch, without it; the down projection writes the residual's tile sums)
+// where the kernel can (cuda.K.RMSInGemv: BF16 activations, a token or
+// two). LOWBIT_RMS_GEMV sets it for measurement: 0 or qkv.
 type GEMVNorms int
 
 const (
-	// GEMVNormsInput puts each layer's input norm into its q/k/v GEMV;
-	// the down projection writes the residual's tile sums. The default:
-	// on the H200 it saved about 2.5 µs a Qwen3-8B layer (BENCHMARKS.md).
+	// GEMVNormsInput puts each layer's input norm into its q/k/v GEMV.
 	GEMVNormsInput GEMVNorms = iota
 	// GEMVNormsNone launches every norm (RMSNormTerms).
 	GEMVNormsNone
-	// GEMVNormsAll also puts the post-attention norm into the gate/up
-	// GEMV (the o projection writes sums too). Measured neutral: the
-	// norm hid only that GEMV's ramp, whose blocks cannot be resident
-	// while the o projection fills the SMs.
-	GEMVNormsAll
 )
 
 // gemvNormsFromEnv parses LOWBIT_RMS_GEMV.
@@ -69,14 +62,13 @@ func gemvNormsFromEnv() (GEMVNorms, error) {
 		return GEMVNormsInput, nil
 	case "0":
 		return GEMVNormsNone, nil
-	case "all":
-		return GEMVNormsAll, nil
 	default:
-		return 0, fmt.Errorf("runtime: LOWBIT_RMS_GEMV=%q: want 0, qkv or all", v)
+		return 0, fmt.Errorf("runtime: LOWBIT_RMS_GEMV=%q: want 0 or qkv", v)
 	}
 }
 
-// WithGEMVNorms sets which norms go into the GEMVs, over LOWBIT_RMS_GEMV.
+// WithGEMVNorms sets whether the input norms go into the GEMVs, over
+// LOWBIT_RMS_GEMV.
 func WithGEMVNorms(n GEMVNorms) CUDAOption { return func(e *CUDAExecutor) { e.gemvNorms = n } }
 
 // matmulShared is k.MatMulShared, on BF16 activations under

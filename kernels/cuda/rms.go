@@ -11,10 +11,10 @@ const rmsGemvTokens = 2
 // RMSInput is a matmul input given as RMSNorm(X) rather than as terms: X
 // [T, D] float32, the residual stream that a MatMulTermsAdd with Sums has
 // just added into, Sums its rows' RMS tile sums (RMSSumsFor), W the
-// norm's weight. The GEMVs that take it (MatMulRMS, MatMulSiLURMS)
-// normalize and round the columns themselves, with the bits of
-// RMSNormTerms into BF16 terms, so a decode step has no norm launch between
-// two projections.
+// norm's weight. The GEMV that takes it (MatMulRMS) normalizes and rounds
+// the columns itself, with the bits of RMSNormTerms into BF16 terms, so a
+// decode step has no norm launch between the down projection and the next
+// layer's q/k/v.
 type RMSInput struct {
 	X, Sums, W   Buf
 	T, D         int
@@ -28,12 +28,12 @@ func (k *K) RMSSumsFor(T, D int) (Buf, error) {
 	return k.d.persistent("rms_sums", 4*T*((D+15)/16))
 }
 
-// RMSInGemv reports whether MatMulRMS and MatMulSiLURMS can run for T
-// tokens of width D (sm_90, BF16 activations of up to rmsGemvTokens
-// tokens, D a multiple of 16 within the norm kernels' widths); where they
-// cannot, the caller runs RMSNormTerms and the terms' GEMVs, and its
-// producer need not write sums. Whether they should is the caller's
-// choice (the runtime's LOWBIT_RMS_GEMV).
+// RMSInGemv reports whether MatMulRMS can run for T tokens of width D
+// (sm_90, BF16 activations of up to rmsGemvTokens tokens, D a multiple of
+// 16 within the norm kernels' widths); where it cannot, the caller runs
+// RMSNormTerms and the terms' GEMVs, and its producer need not write sums.
+// Whether it should is the caller's choice (the runtime's
+// LOWBIT_RMS_GEMV).
 func (k *K) RMSInGemv(T, D int) bool {
 	return k.d.Major >= 9 && T >= 1 && T <= rmsGemvTokens && D%16 == 0 && rmsWidth("", D) == nil
 }
@@ -89,29 +89,3 @@ func (k *K) MatMulRMS(in RMSInput, ys []Buf, ws []*Weight) (bool, error) {
 // rmsStageBytes is a warp's stage of an RMS input's B fragments: 16
 // chunks × 8 lanes × 8 bytes (matmul_mma_bulk.cu, mma_gemv_span_rms).
 const rmsStageBytes = mmaSpan * 8 * 8
-
-// MatMulSiLURMS is MatMulSiLUTerms on the RMS input in: silu(gate·x̂)·
-// (up·x̂) into out for x̂ = RMSNorm(in.X), with lb_mma_gemv_bulk1_silu_rms,
-// the bits of RMSNormTerms then MatMulSiLUTerms. It reports false, and does
-// nothing, where that kernel does not run.
-func (k *K) MatMulSiLURMS(in RMSInput, out Terms, gate, up *Weight) (bool, error) {
-	if !siluInGemv || !k.RMSInGemv(in.T, in.D) || !gate.Tiled || !up.Tiled || gate.Out != up.Out ||
-		out.In != gate.Out || out.T != in.T {
-		return false, nil
-	}
-	for _, w := range []*Weight{gate, up} {
-		if err := in.check("MatMulSiLURMS", w.In); err != nil {
-			return false, err
-		}
-	}
-	spans := (in.D/16 + mmaSpan - 1) / mmaSpan
-	half := min(mmaBulkWarpsMax/2, spans)
-	shared := 2*half*mmaSpan*512 + 2*spans*512 + 2*half*rmsStageBytes
-	if shared > mmaGemvShared {
-		return false, nil
-	}
-	return true, k.d.launch("lb_mma_gemv_bulk1_silu_rms", [3]int{(gate.Out + 15) / 16, 1, 1}, [3]int{64 * half, 1, 1}, shared,
-		ptrArg(out.buf.ptr), ptrArg(gate.Data.ptr), ptrArg(up.Data.ptr), intArg(gate.Out), intArg((gate.Out+15)/16),
-		intArg(out.nt), ptrArg(in.X.ptr), ptrArg(in.Sums.ptr), ptrArg(in.W.ptr), f32Arg(in.Eps), flagArg(in.ZeroCentered),
-		intArg(in.T), intArg(in.D), intArg(1))
-}

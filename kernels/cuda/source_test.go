@@ -90,8 +90,8 @@ func TestKernelsWaitFirst(t *testing.T) {
 	// last waiting).
 	copiesFirst := map[string]string{"lb_mma_gemv": "", "lb_mma_gemv_bulk": "mma_gemv_bulk mma_bulk_spans",
 		"lb_mma_gemv_bulk1": "mma_gemv_bulk mma_bulk_spans", "lb_mma_gemv_bulk1_rms": "mma_gemv_bulk mma_bulk_spans",
-		"lb_mma_gemv_bulk1_silu": "mma_gemv_silu mma_bulk_spans", "lb_mma_gemv_bulk1_silu_rms": "mma_gemv_silu mma_bulk_spans",
-		"lb_mma_gemv_tiles1_m2": "mma_gemv_tiles1", "lb_mma_gemv_tiles1_m4": "mma_gemv_tiles1"}
+		"lb_mma_gemv_bulk1_silu": "mma_bulk_spans",
+		"lb_mma_gemv_tiles1_m2":  "mma_gemv_tiles1", "lb_mma_gemv_tiles1_m4": "mma_gemv_tiles1"}
 	// The decode attention copies the cache rows that earlier steps wrote
 	// first.
 	for _, v := range []string{"d64", "d64_q1", "d128", "d128_q1", "d64_fp8", "d64_q1_fp8", "d128_fp8", "d128_q1_fp8"} {

@@ -122,10 +122,10 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
 }
 
 // The RMS order: how every RMSNorm of a hidden row sums its squares, so
-// that the decode step's fused path (the o and down projections write
-// their rows' tile sums, lb_mma_gemv_bulk with sums; the GEMV after them
-// finishes the sum: lb_mma_gemv_bulk1_rms) and the norm kernels give the
-// same bits. The row's columns form tiles of 16 (zeros past the row); a
+// that the decode step's fused path (the down projection writes its rows'
+// tile sums, lb_mma_gemv_bulk with sums; the q/k/v GEMV after it finishes
+// the sum: lb_mma_gemv_bulk1_rms) and the norm kernels give the same
+// bits. The row's columns form tiles of 16 (zeros past the row); a
 // tile's squares add as a balanced pairwise tree, neighbours first
 // (((x0² + x1²) + (x2² + x3²)) + ...: rms_tile); lane l of a warp adds
 // tiles l, l + 32, ... in order from 0 and warp_sum adds the lanes

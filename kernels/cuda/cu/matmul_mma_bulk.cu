@@ -139,16 +139,17 @@ __device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uin
 	}
 }
 
-// The decode step's RMSNorm inside the GEMV after it (BF16 activations,
-// up to RMS_GEMV_TOKENS tokens): the o and down projections add into the
-// residual stream x and write its rows' RMS tile sums (lb_mma_gemv_bulk1
-// with sums: mma_gemv_sums); the q/k/v and the gate and up GEMVs after
-// them (lb_mma_gemv_bulk1_rms, lb_mma_gemv_bulk1_silu_rms) add the sums
-// up (rms_total), normalize the columns of each span they take and round
-// them to BF16 themselves. The values are lb_rmsnorm_terms_slices's, bit
-// for bit (the RMS order, common.cuh), so the products are too; the norm
-// launch between the two GEMVs, about 4 µs of a Qwen3-8B layer's chain
-// each (BENCHMARKS.md), is gone.
+// The decode step's input RMSNorm inside the q/k/v GEMV (BF16
+// activations, up to RMS_GEMV_TOKENS tokens): the down projection adds into
+// the residual stream x and writes its rows' RMS tile sums
+// (lb_mma_gemv_bulk1 with sums: mma_gemv_sums); the next layer's q/k/v
+// GEMV (lb_mma_gemv_bulk1_rms) adds the sums up (rms_total), normalizes
+// the columns of each span it takes and rounds them to BF16 itself. The
+// values are lb_rmsnorm_terms_slices's, bit for bit (the RMS order,
+// common.cuh), so the products are too, and the norm launch between the
+// two GEMVs is gone. The same for the post-attention norm inside the
+// gate/up GEMV (the o projection writing the sums) was built and measured:
+// neutral, then 90 µs a Qwen3-8B step slower (BENCHMARKS.md), and removed.
 #define RMS_GEMV_TOKENS 2
 
 // rms_in is such a GEMV's input: RMSNorm(x) with x [T, in] float32 (in a
@@ -345,25 +346,19 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 // lb_silu_mul1 as lb_silu_mul_terms does, zeros past out.
 //
 // Dynamic shared memory: nw · ring · 8 KB of slots, then the spans' sums
-// [2][spans][16 rows][8 tokens]. mma_gemv_silu is its body, with RMS that
-// of lb_mma_gemv_bulk1_silu_rms.
-template <bool RMS>
-__device__ __forceinline__ void mma_gemv_silu(u32 *xo, const uint4 *wg, const uint4 *wu, int out, int nco, int nto,
-                                              const uint2 *xs, int T, int in, int ring, rms_in *ri) {
+// [2][spans][16 rows][8 tokens].
+extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
+    lb_mma_gemv_bulk1_silu(u32 *xo, const uint4 *wg, const uint4 *wu, int out, int nco, int nto, const uint2 *xs,
+                           int T, int in, int ring) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5, hw = nw >> 1;
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
 	int up = wi >= hw, hi = wi - up * hw; // which weight, and the warp's place among its half
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
-	u32 *stage = (u32 *)(part + 2 * spans * 128) + wi * MMA_SPAN * 16; // RMS: the warp's
 	mma_bulk_spans<true>(smem + wi * ring * MMA_SPAN * 32, bars[wi], (up ? wu : wg) + (i64)m * nc * 32, nc, hi, hw, ring,
 	                     [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
-		                     float *pw = part + up * spans * 128;
-		                     if (RMS)
-			                     mma_gemv_span_rms(pw, slot, *ri, stage, nc, s, T, lane, wait, regs);
-		                     else
-			                     mma_gemv_span<false, 1>(pw, slot, xs, nc, s, 0, 1, T, lane, wait, regs);
+		                     mma_gemv_span<false, 1>(part + up * spans * 128, slot, xs, nc, s, 0, 1, T, lane, wait, regs);
 	                     });
 	__syncthreads();
 	// Thread i: rows 16m + r, r + 1 (r even) of token tk.
@@ -380,23 +375,6 @@ __device__ __forceinline__ void mma_gemv_silu(u32 *xo, const uint4 *wg, const ui
 		}
 		mma_put_terms(xo, nco, tk, 16 * m + r, v[0], v[1], nto);
 	}
-}
-
-extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
-    lb_mma_gemv_bulk1_silu(u32 *xo, const uint4 *wg, const uint4 *wu, int out, int nco, int nto, const uint2 *xs,
-                           int T, int in, int ring) {
-	mma_gemv_silu<false>(xo, wg, wu, out, nco, nto, xs, T, in, ring, 0);
-}
-
-// lb_mma_gemv_bulk1_silu_rms: lb_mma_gemv_bulk1_silu on the RMS input
-// RMSNorm(x) (as lb_mma_gemv_bulk1_rms): the bits of
-// lb_rmsnorm_terms_slices then lb_mma_gemv_bulk1_silu. Dynamic shared
-// memory: lb_mma_gemv_bulk1_silu's, then 1 KB a warp.
-extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
-    lb_mma_gemv_bulk1_silu_rms(u32 *xo, const uint4 *wg, const uint4 *wu, int out, int nco, int nto, const float *x,
-                               const float *sums, const float *nw, float eps, int zc, int T, int in, int ring) {
-	rms_in ri = {x, sums, nw, eps, zc, {0.0f}, false};
-	mma_gemv_silu<true>(xo, wg, wu, out, nco, nto, 0, T, in, ring, &ri);
 }
 
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
