@@ -130,7 +130,7 @@ func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch
 // terms directly (no separate split launch): they compute the float32
 // values layersFloat's kernels write and split them as lb_mma_split does.
 // In a decode step of BF16 activations and a token or two (RMSInGemv,
-// under GEMVNormsInput) each layer's input norm goes into its q/k/v GEMV
+// where e.gemvNorms fuses) each layer's input norm goes into its q/k/v GEMV
 // (MatMulRMS), and the down projection before it writes the new
 // residual's RMS tile sums: the same bits, with no norm launch.
 func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float32) error {
@@ -145,7 +145,7 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		return err
 	}
 	var sums cuda.Buf // the residual's RMS tile sums, where the input norms go into the GEMVs
-	if e.decodeBF16 && e.gemvNorms == GEMVNormsInput && k.RMSInGemv(T, d.hidden) {
+	if e.decodeBF16 && e.gemvNorms.fuses(d.hidden) && k.RMSInGemv(T, d.hidden) {
 		var err error
 		if sums, err = k.RMSSumsFor(T, d.hidden); err != nil {
 			return err

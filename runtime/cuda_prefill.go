@@ -45,25 +45,43 @@ func WithBF16Activations() CUDAOption {
 // q/k/v GEMV that takes their output (cuda.MatMulRMS: the bits of the norm
 // launch, without it; the down projection writes the residual's tile sums)
 // where the kernel can (cuda.K.RMSInGemv: BF16 activations, a token or
-// two). LOWBIT_RMS_GEMV sets it for measurement: 0 or qkv.
+// two). LOWBIT_RMS_GEMV sets it for measurement: 0, qkv or auto.
 type GEMVNorms int
 
 const (
+	// GEMVNormsAuto fuses for hidden widths up to gemvNormsWidthMax: on
+	// the H200 the fusion took 16 µs off a Qwen3-0.6B step (width 1,024)
+	// and added 7 to 10 µs to a Qwen3-8B one (4,096; BENCHMARKS.md), where
+	// the norm launch hides behind the o projection and each of the GEMV's
+	// warps adds up 256 tile sums before its first span.
+	GEMVNormsAuto GEMVNorms = iota
 	// GEMVNormsInput puts each layer's input norm into its q/k/v GEMV.
-	GEMVNormsInput GEMVNorms = iota
+	GEMVNormsInput
 	// GEMVNormsNone launches every norm (RMSNormTerms).
 	GEMVNormsNone
 )
 
+// gemvNormsWidthMax is the widest hidden size GEMVNormsAuto fuses: between
+// the two widths measured (1,024 faster, 4,096 slower).
+const gemvNormsWidthMax = 2048
+
+// fuses reports whether n puts the input norms of a model of hidden width
+// hidden into the q/k/v GEMVs.
+func (n GEMVNorms) fuses(hidden int) bool {
+	return n == GEMVNormsInput || n == GEMVNormsAuto && hidden <= gemvNormsWidthMax
+}
+
 // gemvNormsFromEnv parses LOWBIT_RMS_GEMV.
 func gemvNormsFromEnv() (GEMVNorms, error) {
 	switch v := os.Getenv("LOWBIT_RMS_GEMV"); v {
-	case "", "qkv":
+	case "", "auto":
+		return GEMVNormsAuto, nil
+	case "qkv":
 		return GEMVNormsInput, nil
 	case "0":
 		return GEMVNormsNone, nil
 	default:
-		return 0, fmt.Errorf("runtime: LOWBIT_RMS_GEMV=%q: want 0 or qkv", v)
+		return 0, fmt.Errorf("runtime: LOWBIT_RMS_GEMV=%q: want 0, qkv or auto", v)
 	}
 }
 

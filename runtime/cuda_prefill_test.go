@@ -178,3 +178,35 @@ func TestCUDABF16Activations(t *testing.T) {
 		})
 	}
 }
+
+// TestGEMVNorms: LOWBIT_RMS_GEMV's values and the widths each fuses; an
+// unknown value is an error. Runs without a GPU.
+func TestGEMVNorms(t *testing.T) {
+	for _, c := range []struct {
+		env       string
+		want      GEMVNorms
+		fuses1024 bool
+		fuses4096 bool
+		wantErr   bool
+	}{
+		{"", GEMVNormsAuto, true, false, false},
+		{"auto", GEMVNormsAuto, true, false, false},
+		{"qkv", GEMVNormsInput, true, true, false},
+		{"0", GEMVNormsNone, false, false, false},
+		{"all", 0, false, false, true},
+	} {
+		t.Setenv("LOWBIT_RMS_GEMV", c.env)
+		n, err := gemvNormsFromEnv()
+		if (err != nil) != c.wantErr {
+			t.Errorf("LOWBIT_RMS_GEMV=%q: error %v, want one: %v", c.env, err, c.wantErr)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if n != c.want || n.fuses(1024) != c.fuses1024 || n.fuses(4096) != c.fuses4096 {
+			t.Errorf("LOWBIT_RMS_GEMV=%q: %v fusing at 1024 %v, at 4096 %v; want %v, %v, %v", c.env, n, n.fuses(1024), n.fuses(4096),
+				c.want, c.fuses1024, c.fuses4096)
+		}
+	}
+}
