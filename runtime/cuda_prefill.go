@@ -50,10 +50,10 @@ type GEMVNorms int
 
 const (
 	// GEMVNormsAuto fuses for hidden widths up to gemvNormsWidthMax: on
-	// the H200 the fusion took 16 µs off a Qwen3-0.6B step (width 1,024)
-	// and added 7 to 10 µs to a Qwen3-8B one (4,096; BENCHMARKS.md), where
-	// the norm launch hides behind the o projection and each of the GEMV's
-	// warps adds up 256 tile sums before its first span.
+	// the H200 the fusion took 7 to 16 µs off a Qwen3-0.6B step (width
+	// 1,024; three pairs) and added 7 to 22 µs to a Qwen3-8B one (4,096;
+	// four pairs; BENCHMARKS.md), where each of the GEMV's warps adds up
+	// 256 tile sums before its first span.
 	GEMVNormsAuto GEMVNorms = iota
 	// GEMVNormsInput puts each layer's input norm into its q/k/v GEMV.
 	GEMVNormsInput
