@@ -29,14 +29,26 @@ func (e *CUDAExecutor) step(k *cuda.K, T, rows, stride int, plan cuda.AttentionP
 	if rows == 0 {
 		return nil
 	}
-	hr := h.F32(0, rows*d.hidden)
+	hr, logits := h.F32(0, rows*d.hidden), []cuda.Buf{a.logits.F32(0, rows*d.vocab)}
 	if err := k.GatherRows(hr, x, a.rowsIdx, rows, d.hidden); err != nil {
 		return err
+	}
+	if e.lmHead.Tiled && e.lmHead.In == d.hidden {
+		// The final norm writes the head's input terms itself (the bits of
+		// RMSNorm then the split, one launch fewer a step).
+		t, err := e.termsFor(k, rows, d.hidden)
+		if err != nil {
+			return err
+		}
+		if err := k.RMSNormTerms(hr, t, e.norm, d.hidden, d.eps, false); err != nil {
+			return err
+		}
+		return k.MatMulTerms(t, logits, []*cuda.Weight{e.lmHead})
 	}
 	if err := k.RMSNorm(hr, hr, e.norm, rows, d.hidden, d.eps, false); err != nil {
 		return err
 	}
-	return e.matmulShared(k, hr, rows, []cuda.Buf{a.logits.F32(0, rows*d.vocab)}, []*cuda.Weight{e.lmHead})
+	return e.matmulShared(k, hr, rows, logits, []*cuda.Weight{e.lmHead})
 }
 
 // layersFloat runs the decoder layers with float32 matmul inputs (any
