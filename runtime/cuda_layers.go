@@ -239,7 +239,7 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		last := i+1 == len(e.layers)
 		downSums := sums
 		if last {
-			downSums = cuda.Buf{} // the final norm is RMSNorm's own launch
+			downSums = cuda.Buf{} // the final norm is its own launch (step)
 		}
 		if added, err = k.MatMulTermsAdd(td, x, dl.down, downSums); err != nil {
 			return err
