@@ -80,6 +80,8 @@ int64_t lb_tasks(const lb_ctx *c, double work, int64_t max_tasks);
 // against 0.773 (2 tiles: 16 KiB ahead), FP8 0.604 against 0.663 (3: 12
 // KiB). NVFP4 (2 KiB tiles) measured no gain at 2 to 8 and stays at 1.
 #define LB_MM_AHEAD_BF16 2
+// How many bytes ahead the one-token BF16 stream prefetches (matmul_bf16.c).
+#define LB_MM_STREAM_AHEAD 4096
 #define LB_MM_AHEAD_FP8 3
 #define LB_MM_AHEAD_NVFP4 1
 

@@ -25,15 +25,20 @@ func runAll(ops *Ops, cuts []int) []float32 {
 			f(cuts[i], cuts[i+1])
 		}
 	}
+	matmul := func(w *kernels.Weight) {
+		x := randn(rng, T*w.In, 1)
+		y := make([]float32, T*w.Out)
+		pieces(func(t0, t1 int) { ops.MatMul(y[t0*w.Out:t1*w.Out], x[t0*w.In:t1*w.In], t1-t0, w) })
+		all = append(all, y...)
+	}
 	for _, f := range allFormats {
 		for _, act := range allActs {
-			w := randWeight(rng, f, act, 203, 512)
-			x := randn(rng, T*w.In, 1)
-			y := make([]float32, T*w.Out)
-			pieces(func(t0, t1 int) { ops.MatMul(y[t0*w.Out:t1*w.Out], x[t0*w.In:t1*w.In], t1-t0, w) })
-			all = append(all, y...)
+			matmul(randWeight(rng, f, act, 203, 512))
 		}
 	}
+	// BF16 rows with a masked tail (1,000 = 62·16 + 8): one token streams
+	// them a row at a time (matmul_bf16.c), more tokens take them in tiles.
+	matmul(randWeight(rng, kernels.WeightBF16, kernels.ActNone, 203, 1000))
 	const D = 1024
 	x, g := randn(rng, T*D, 1), randn(rng, D, 1)
 	y := make([]float32, T*D)
