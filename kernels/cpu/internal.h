@@ -80,8 +80,6 @@ int64_t lb_tasks(const lb_ctx *c, double work, int64_t max_tasks);
 // against 0.773 (2 tiles: 16 KiB ahead), FP8 0.604 against 0.663 (3: 12
 // KiB). NVFP4 (2 KiB tiles) measured no gain at 2 to 8 and stays at 1.
 #define LB_MM_AHEAD_BF16 2
-// How many bytes ahead the one-token BF16 stream prefetches (matmul_bf16.c).
-#define LB_MM_STREAM_AHEAD 4096
 #define LB_MM_AHEAD_FP8 3
 #define LB_MM_AHEAD_NVFP4 1
 
@@ -114,22 +112,36 @@ lb_mm_rows lb_mm_nvfp4_rows(int isa);
 void lb_nvfp4_xt(float *xt, const float *x, int64_t T, int64_t in);
 
 // LB_MM_ROWS defines a row kernel from an always-inline tile function
-// TILE(m, o, nr, t, nt) that computes rows o..o+nr-1 (nr <= LB_MM_R) for
-// tokens t..t+nt-1 (nt <= NT <= LB_MM_T) with nt a compile-time constant.
-// Every output element is reduced in the same order whatever tile it falls
-// in, so results do not depend on T or on how rows are split into tasks.
+// TILE(m, o, nr, rs, t, nt) that computes rows o, o + rs, ..., o + (nr -
+// 1)·rs (nr <= LB_MM_R) for tokens t..t+nt-1 (nt <= NT <= LB_MM_T) with nt
+// a compile-time constant. Every output element is reduced in the same
+// order whatever tile it falls in, so results do not depend on T or on how
+// rows are split into tasks. Decode (T = 1) splits the rows into LB_MM_R
+// equal runs and takes one row of each a tile (rs: the run's length), so
+// that the tile reads LB_MM_R long streams of weights instead of LB_MM_R
+// rows of a few KiB, which the hardware prefetchers barely follow: on the
+// Zen 5 VM of 2026-12-02 a C microbenchmark of the LM head's BF16 shape
+// (151,936 x 1,024, 2 threads) read 59-65 GB/s that way against 40-48 for
+// consecutive rows (BENCHMARKS.md). Prefill tiles take consecutive rows.
 #define LB_MM_ROWS(name, attr, TILE, NT)                                                                   \
 	attr static void name(const lb_mm *m, int64_t o0, int64_t o1) {                                      \
+		if (m->T == 1) {                                                                             \
+			int64_t run = (o1 - o0) / LB_MM_R;                                                   \
+			for (int64_t k = 0; k < run; k++) TILE(m, o0 + k, LB_MM_R, run, 0, 1);             \
+			int64_t rest = o0 + LB_MM_R * run;                                                   \
+			if (rest < o1) TILE(m, rest, (int)(o1 - rest), 1, 0, 1);                             \
+			return;                                                                              \
+		}                                                                                            \
 		for (int64_t tb = 0; tb < m->T; tb += LB_MM_TOKEN_BLOCK) {                                     \
 			int64_t te = tb + LB_MM_TOKEN_BLOCK < m->T ? tb + LB_MM_TOKEN_BLOCK : m->T;          \
 			for (int64_t o = o0; o < o1; o += LB_MM_R) {                                         \
 				int nr = o1 - o < LB_MM_R ? (int)(o1 - o) : LB_MM_R;                         \
 				int64_t t = tb;                                                              \
-				for (; t + NT <= te; t += NT) TILE(m, o, nr, t, NT);                         \
+				for (; t + NT <= te; t += NT) TILE(m, o, nr, 1, t, NT);                      \
 				switch (te - t) {                                                            \
-				case 3: TILE(m, o, nr, t, 3); break;                                         \
-				case 2: TILE(m, o, nr, t, 2); break;                                         \
-				case 1: TILE(m, o, nr, t, 1); break;                                         \
+				case 3: TILE(m, o, nr, 1, t, 3); break;                                      \
+				case 2: TILE(m, o, nr, 1, t, 2); break;                                      \
+				case 1: TILE(m, o, nr, 1, t, 1); break;                                      \
 				}                                                                            \
 			}                                                                                    \
 		}                                                                                            \

@@ -20,15 +20,7 @@
 // lane arrays that the compiler vectorizes). The order depends only on in,
 // so tokens give bit-identical results alone or together. While a tile
 // computes, it prefetches the rows of the tile LB_MM_AHEAD_BF16 on
-// (lb_prefetch_l2). Decode (T = 1) on AVX-512 streams instead: rows one at
-// a time in memory order, each with its one accumulator (the same order
-// and bits), prefetching LB_MM_STREAM_AHEAD bytes on. A tile's four rows
-// are four short streams 2 KiB apart for the hardware prefetchers; one
-// row after another is one long stream. On the Zen 5 VM of 2026-12-02 a
-// C microbenchmark of the LM head's shape (151,936 x 1,024, 2 threads)
-// read 50-54 GB/s that way against 40-44 for the tiles (BENCHMARKS.md).
-// One accumulator is one FMA chain: 32 bytes of weights every FMA latency
-// (4 cycles), about 30 GB/s a core at 3.7 GHz, above what a core streams.
+// (lb_prefetch_l2).
 //
 // AVX512_BF16's vdpbf16ps is not used: it would round the float32
 // activations to BF16, far outside the contract's float32 tolerance.
@@ -44,10 +36,10 @@ static inline float bf16_to_f32(const uint8_t *p) {
 	return f;
 }
 
-LB_INLINE void bf16_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+LB_INLINE void bf16_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t rs, int64_t t, const int nt) {
 	const int64_t in = m->in;
 	const uint8_t *w[LB_MM_R];
-	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0)) * in;
+	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0) * rs) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
 	const uint8_t *next = m->w + 2 * (o + LB_MM_AHEAD_BF16 * LB_MM_R) * in;
@@ -69,7 +61,7 @@ LB_INLINE void bf16_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, c
 			for (int j = 0; j < nt; j++) acc[j][r][l] += x[j][i + l] * wv;
 		}
 	for (int j = 0; j < nt; j++)
-		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r, lb_hsum8(acc[j][r]));
+		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r * rs, lb_hsum8(acc[j][r]));
 }
 
 LB_MM_ROWS(bf16_rows_generic, , bf16_tile_generic, LB_MM_T)
@@ -79,10 +71,10 @@ LB_INLINE LB_AVX512 __m512 bf16x16_avx512(__m256i h) {
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-LB_INLINE LB_AVX512 void bf16_tile_avx512(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+LB_INLINE LB_AVX512 void bf16_tile_avx512(const lb_mm *m, int64_t o, int nr, int64_t rs, int64_t t, const int nt) {
 	const int64_t in = m->in;
 	const uint8_t *w[LB_MM_R];
-	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0)) * in;
+	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0) * rs) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
 	const uint8_t *next = m->w + 2 * (o + LB_MM_AHEAD_BF16 * LB_MM_R) * in;
@@ -108,48 +100,19 @@ LB_INLINE LB_AVX512 void bf16_tile_avx512(const lb_mm *m, int64_t o, int nr, int
 		}
 	}
 	for (int j = 0; j < nt; j++)
-		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r, lb_hsum_avx512(acc[j][r]));
+		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r * rs, lb_hsum_avx512(acc[j][r]));
 }
 
-LB_MM_ROWS(bf16_tiles_avx512, LB_AVX512, bf16_tile_avx512, LB_MM_T)
-
-// bf16_stream_avx512 is bf16_tile_avx512 for one token, a row at a time.
-LB_INLINE LB_AVX512 void bf16_stream_avx512(const lb_mm *m, int64_t o0, int64_t o1) {
-	const int64_t in = m->in;
-	const float *x = m->x;
-	for (int64_t o = o0; o < o1; o++) {
-		const uint8_t *w = m->w + 2 * o * in;
-		__m512 acc = _mm512_setzero_ps();
-		int64_t i = 0;
-		for (; i + 16 <= in; i += 16) {
-			lb_prefetch_l2(w + 2 * i + LB_MM_STREAM_AHEAD);
-			__m512 wv = bf16x16_avx512(_mm256_loadu_si256((const __m256i *)(w + 2 * i)));
-			acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), wv, acc);
-		}
-		if (i < in) {
-			__mmask16 k = lb_tail_mask16(in - i);
-			__m512 wv = bf16x16_avx512(_mm256_maskz_loadu_epi16(k, w + 2 * i));
-			acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), wv, acc);
-		}
-		lb_mm_store(m, 0, o, lb_hsum_avx512(acc));
-	}
-}
-
-LB_AVX512 static void bf16_rows_avx512(const lb_mm *m, int64_t o0, int64_t o1) {
-	if (m->T == 1)
-		bf16_stream_avx512(m, o0, o1);
-	else
-		bf16_tiles_avx512(m, o0, o1);
-}
+LB_MM_ROWS(bf16_rows_avx512, LB_AVX512, bf16_tile_avx512, LB_MM_T)
 
 LB_INLINE LB_AVX2 __m256 bf16x8_avx2(__m128i h) {
 	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-LB_INLINE LB_AVX2 void bf16_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+LB_INLINE LB_AVX2 void bf16_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t rs, int64_t t, const int nt) {
 	const int64_t in = m->in;
 	const uint8_t *w[LB_MM_R];
-	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0)) * in;
+	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0) * rs) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
 	const uint8_t *next = m->w + 2 * (o + LB_MM_AHEAD_BF16 * LB_MM_R) * in;
@@ -178,7 +141,7 @@ LB_INLINE LB_AVX2 void bf16_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t
 		}
 	}
 	for (int j = 0; j < nt; j++)
-		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r, lb_hsum_avx2(acc[j][r]));
+		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r * rs, lb_hsum_avx2(acc[j][r]));
 }
 
 LB_MM_ROWS(bf16_rows_avx2, LB_AVX2, bf16_tile_avx2, 2)

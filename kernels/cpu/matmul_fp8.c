@@ -76,9 +76,9 @@ static void e4m3_init(void) {
 // fp8_scales points sp[r] at the first scale of each tile row and returns
 // the step between the scales of consecutive 128-column chunks: 1 for
 // blocks, 0 for a row or tensor scale, which the tiles apply at the end.
-LB_INLINE int64_t fp8_scales(const lb_mm *m, int64_t o, int nr, const float *sp[LB_MM_R]) {
+LB_INLINE int64_t fp8_scales(const lb_mm *m, int64_t o, int nr, int64_t rs, const float *sp[LB_MM_R]) {
 	for (int r = 0; r < LB_MM_R; r++) {
-		int64_t row = o + (r < nr ? r : 0);
+		int64_t row = o + (r < nr ? r : 0) * rs;
 		switch (m->fmt) {
 		case LB_W_FP8_TENSOR:
 			sp[r] = m->ws;
@@ -118,12 +118,12 @@ LB_INLINE void fp8_span_generic(float acc[LB_MM_T][LB_MM_R][8], const uint8_t *c
 		}
 }
 
-LB_INLINE void fp8_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+LB_INLINE void fp8_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t rs, int64_t t, const int nt) {
 	const int64_t in = m->in;
 	const uint8_t *w[LB_MM_R];
 	const float *sp[LB_MM_R];
-	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0)) * in;
-	int64_t step = fp8_scales(m, o, nr, sp);
+	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0) * rs) * in;
+	int64_t step = fp8_scales(m, o, nr, rs, sp);
 	const uint8_t *next = m->w + (o + LB_MM_AHEAD_FP8 * LB_MM_R) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
@@ -142,7 +142,7 @@ LB_INLINE void fp8_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, co
 		fp8_span_generic(acc, w, x, next, 0, in, nt);
 	}
 	for (int j = 0; j < nt; j++)
-		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r, lb_hsum8(acc[j][r]) * (step ? 1.0f : *sp[r]));
+		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r * rs, lb_hsum8(acc[j][r]) * (step ? 1.0f : *sp[r]));
 }
 
 LB_MM_ROWS(fp8_rows_generic, , fp8_tile_generic, LB_MM_T)
@@ -173,12 +173,12 @@ LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uin
 // FP8_TILE_AVX512 defines the AVX-512 tile around a span function, so that
 // the plain and the VBMI variants share everything but the span.
 #define FP8_TILE_AVX512(name, attr, span)                                                                        \
-	LB_INLINE attr void name(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {                      \
+	LB_INLINE attr void name(const lb_mm *m, int64_t o, int nr, int64_t rs, int64_t t, const int nt) {                      \
 		const int64_t in = m->in;                                                                          \
 		const uint8_t *w[LB_MM_R];                                                                         \
 		const float *sp[LB_MM_R];                                                                          \
-		for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0)) * in;                      \
-		int64_t step = fp8_scales(m, o, nr, sp);                                                           \
+		for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0) * rs) * in;                      \
+		int64_t step = fp8_scales(m, o, nr, rs, sp);                                                           \
 		const uint8_t *next = m->w + (o + LB_MM_AHEAD_FP8 * LB_MM_R) * in;                                                   \
 		const float *x[LB_MM_T];                                                                           \
 		for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;                                           \
@@ -201,7 +201,7 @@ LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uin
 		}                                                                                                  \
 		for (int j = 0; j < nt; j++)                                                                       \
 			for (int r = 0; r < nr; r++)                                                               \
-				lb_mm_store(m, t + j, o + r, lb_hsum_avx512(acc[j][r]) * (step ? 1.0f : *sp[r] * 256.0f)); \
+				lb_mm_store(m, t + j, o + r * rs, lb_hsum_avx512(acc[j][r]) * (step ? 1.0f : *sp[r] * 256.0f)); \
 	}
 
 FP8_TILE_AVX512(fp8_tile_avx512, LB_AVX512, fp8_span_avx512)
@@ -291,12 +291,12 @@ LB_INLINE LB_AVX2 void fp8_span_avx2(__m256 acc[LB_MM_T][LB_MM_R], const uint8_t
 	}
 }
 
-LB_INLINE LB_AVX2 void fp8_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+LB_INLINE LB_AVX2 void fp8_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t rs, int64_t t, const int nt) {
 	const int64_t in = m->in;
 	const uint8_t *w[LB_MM_R];
 	const float *sp[LB_MM_R];
-	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0)) * in;
-	int64_t step = fp8_scales(m, o, nr, sp);
+	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0) * rs) * in;
+	int64_t step = fp8_scales(m, o, nr, rs, sp);
 	const uint8_t *next = m->w + (o + LB_MM_AHEAD_FP8 * LB_MM_R) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
@@ -319,7 +319,7 @@ LB_INLINE LB_AVX2 void fp8_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t 
 	}
 	for (int j = 0; j < nt; j++)
 		for (int r = 0; r < nr; r++)
-			lb_mm_store(m, t + j, o + r, lb_hsum_avx2(acc[j][r]) * (step ? 1.0f : *sp[r] * 256.0f));
+			lb_mm_store(m, t + j, o + r * rs, lb_hsum_avx2(acc[j][r]) * (step ? 1.0f : *sp[r] * 256.0f));
 }
 
 LB_MM_ROWS(fp8_rows_avx2, LB_AVX2, fp8_tile_avx2, 2)

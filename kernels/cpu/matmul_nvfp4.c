@@ -37,12 +37,12 @@
 static const float e2m1_values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                       -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-LB_INLINE void nvfp4_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+LB_INLINE void nvfp4_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t rs, int64_t t, const int nt) {
 	const int64_t in = m->in;
 	const uint8_t *w[LB_MM_R];
 	const float *s[LB_MM_R];
 	for (int r = 0; r < LB_MM_R; r++) {
-		int64_t row = o + (r < nr ? r : 0);
+		int64_t row = o + (r < nr ? r : 0) * rs;
 		w[r] = m->w + row * (in / 2);
 		s[r] = m->ws + row * (in / 16);
 	}
@@ -69,7 +69,7 @@ LB_INLINE void nvfp4_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t t, 
 				for (int l = 0; l < 8; l++) acc[j][r][l] += x[j][i + l] * wv[r][l];
 	}
 	for (int j = 0; j < nt; j++)
-		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r, lb_hsum8(acc[j][r]));
+		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r * rs, lb_hsum8(acc[j][r]));
 }
 
 LB_MM_ROWS(nvfp4_rows_generic, , nvfp4_tile_generic, LB_MM_T)
@@ -167,12 +167,12 @@ LB_INLINE LB_AVX512 void nvfp4_chunk_avx512(__m512 acc[LB_MM_T][LB_MM_R], const 
 	}
 }
 
-LB_INLINE LB_AVX512 void nvfp4_tile_avx512(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+LB_INLINE LB_AVX512 void nvfp4_tile_avx512(const lb_mm *m, int64_t o, int nr, int64_t rs, int64_t t, const int nt) {
 	const int64_t in = m->in, chunks = in & ~(int64_t)127;
 	const uint8_t *w[LB_MM_R];
 	const float *s[LB_MM_R];
 	for (int r = 0; r < LB_MM_R; r++) {
-		int64_t row = o + (r < nr ? r : 0);
+		int64_t row = o + (r < nr ? r : 0) * rs;
 		w[r] = m->w + row * (in / 2);
 		s[r] = m->ws + row * (in / 16);
 	}
@@ -209,7 +209,7 @@ LB_INLINE LB_AVX512 void nvfp4_tile_avx512(const lb_mm *m, int64_t o, int nr, in
 		}
 	}
 	for (int j = 0; j < nt; j++)
-		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r, lb_hsum_avx512(acc[j][r]));
+		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r * rs, lb_hsum_avx512(acc[j][r]));
 }
 
 LB_MM_ROWS(nvfp4_rows_avx512, LB_AVX512, nvfp4_tile_avx512, LB_MM_T)
@@ -227,12 +227,12 @@ LB_INLINE LB_AVX2 __m256 e2m1x8_avx2(const uint8_t *p, __m256 mags_x) {
 	return _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_slli_epi32(q, 28)));
 }
 
-LB_INLINE LB_AVX2 void nvfp4_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t t, const int nt) {
+LB_INLINE LB_AVX2 void nvfp4_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t rs, int64_t t, const int nt) {
 	const int64_t in = m->in;
 	const uint8_t *w[LB_MM_R];
 	const float *s[LB_MM_R];
 	for (int r = 0; r < LB_MM_R; r++) {
-		int64_t row = o + (r < nr ? r : 0);
+		int64_t row = o + (r < nr ? r : 0) * rs;
 		w[r] = m->w + row * (in / 2);
 		s[r] = m->ws + row * (in / 16);
 	}
@@ -257,7 +257,7 @@ LB_INLINE LB_AVX2 void nvfp4_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_
 		}
 	}
 	for (int j = 0; j < nt; j++)
-		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r, lb_hsum_avx2(acc[j][r]));
+		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r * rs, lb_hsum_avx2(acc[j][r]));
 }
 
 LB_MM_ROWS(nvfp4_rows_avx2, LB_AVX2, nvfp4_tile_avx2, 2)
