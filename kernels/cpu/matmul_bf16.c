@@ -13,7 +13,8 @@
 // Variants and reduction order. A tile is LB_MM_R weight rows × up to
 // LB_MM_T tokens: each weight vector is decoded once and used for every
 // token of the tile, which makes prefill compute-bound; decode (T = 1)
-// streams the rows. Each output element has one accumulator of L lanes:
+// streams the rows, a tile taking one row from each quarter of its task's
+// rows (LB_MM_ROWS: four long streams). Each output element has one accumulator of L lanes:
 // element i goes to lane i mod L, lanes accumulate in order of i, and the
 // lanes are then summed pairwise (halves first). L is 16 for _avx512 (a
 // masked load covers in mod 16), 8 for _avx2 and 8 for _generic (scalar
