@@ -183,24 +183,20 @@ __device__ __forceinline__ float rms_gain(float w, int zero_centered) { return z
 // thread cost the Qwen3-8B decode step's norms about 20 µs.
 __device__ __forceinline__ float block_rms_sumsq(const float *xr, int D, float *tiles) {
 	int n = (D + 15) / 16;
-	if (D % 16 == 0 && ((u64)xr & 15) == 0) {
-		const float4 *x4 = (const float4 *)xr;
-		for (int m = threadIdx.x; m < n; m += blockDim.x) {
-			float v[16];
+	bool vec = D % 16 == 0 && ((u64)xr & 15) == 0;
+	for (int m = threadIdx.x; m < n; m += blockDim.x) {
+		float v[16];
+		if (vec)
 #pragma unroll
 			for (int q = 0; q < 4; q++) {
-				float4 f = x4[4 * m + q];
+				float4 f = ((const float4 *)xr)[4 * m + q];
 				v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
 			}
-			tiles[m] = rms_tile(v);
-		}
-	} else
-		for (int m = threadIdx.x; m < n; m += blockDim.x) {
-			float v[16];
+		else
 #pragma unroll
 			for (int r = 0; r < 16; r++) v[r] = 16 * m + r < D ? xr[16 * m + r] : 0.0f;
-			tiles[m] = rms_tile(v);
-		}
+		tiles[m] = rms_tile(v);
+	}
 	__syncthreads();
 	return rms_total([&](int m) { return tiles[m]; }, n);
 }
