@@ -2,7 +2,10 @@
 
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+)
 
 // MLPStep is the second half of a decoder layer as DecodeMLP runs it: the
 // o projection, the post-attention RMSNorm (PostNorm), the gate, up and
@@ -18,6 +21,11 @@ type MLPStep struct {
 // decodeMLPBlocks caps lb_decode_mlp's grid (0: every block the GPU
 // holds at once); tests set it to give each block several tiles.
 var decodeMLPBlocks = 0
+
+// decodeMLPNormFirst (LOWBIT_MLP_NORM_FIRST=1, to measure) runs the
+// post-attention norm before the gate and up GEMV's first copies go out
+// rather than after: the same bits.
+var decodeMLPNormFirst = os.Getenv("LOWBIT_MLP_NORM_FIRST") == "1"
 
 // DecodeMLP runs, for the attention's BF16 terms att of a decode step of
 // up to 8 tokens, x += O·att; x += Down·(silu(Gate·n)·(Up·n)) with n =
@@ -75,7 +83,7 @@ func (k *K) DecodeMLP(att Terms, x Buf, s MLPStep, sums Buf) (next Terms, ran bo
 	if att.buf.ptr == xn.buf.ptr || att.buf.ptr == xm.buf.ptr || s.NextNorm.ptr != 0 && att.buf.ptr == next.buf.ptr {
 		return next, false, fmt.Errorf("cuda: DecodeMLP: the attention's terms are in DecodeMLP's own buffers")
 	}
-	ctr, err := k.d.persistentZeroed("mlp_barrier", 8)
+	ctr, err := k.d.persistentZeroed("mlp_barrier", 4*5) // lb_decode_mlp's five counters
 	if err != nil {
 		return next, false, err
 	}
@@ -101,5 +109,5 @@ func (k *K) DecodeMLP(att Terms, x Buf, s MLPStep, sums Buf) (next Terms, ran bo
 		ptrArg(x.ptr), intArg(D), intArg(T), ptrArg(att.buf.ptr), ptrArg(s.O.Data.ptr), intArg(att.In),
 		ptrArg(s.PostNorm.ptr), ptrArg(xn.buf.ptr), ptrArg(s.Gate.Data.ptr), ptrArg(s.Up.Data.ptr), intArg(inter),
 		ptrArg(xm.buf.ptr), ptrArg(s.Down.Data.ptr), ptrArg(sums.ptr), ptrArg(s.NextNorm.ptr), ptrArg(next.buf.ptr),
-		f32Arg(s.Eps), flagArg(s.ZeroCentered), ptrArg(ctr.ptr))
+		f32Arg(s.Eps), flagArg(s.ZeroCentered), flagArg(decodeMLPNormFirst), ptrArg(ctr.ptr))
 }

@@ -16,14 +16,17 @@ import (
 // (down), RMSNormTerms. Shapes of Qwen3-8B and -0.6B, widths that leave
 // partial spans and tiles, 1 to 8 tokens, the norm's 1 + w gain; grids
 // capped at a few blocks, so that each block takes several row tiles and
-// norm slices. Each case runs twice: the second launch finds the barrier
-// counters the first returned to zero, or its barriers open early.
+// norm slices; grids where blocks have no tile of a GEMV (they arrive at
+// its barrier at once). Each case runs twice, the second time with the
+// norm before the gate/up copies (decodeMLPNormFirst): the second launch
+// also finds the barrier counters the first returned to zero, or its
+// barriers open early.
 func TestDecodeMLP(t *testing.T) {
 	d := openOrSkip(t)
 	if d.Major < 9 {
 		t.Skip("lb_decode_mlp needs sm_90")
 	}
-	defer func(b int) { decodeMLPBlocks = b }(decodeMLPBlocks)
+	defer func(b int, first bool) { decodeMLPBlocks, decodeMLPNormFirst = b, first }(decodeMLPBlocks, decodeMLPNormFirst)
 	rng := rand.New(rand.NewPCG(61, 67))
 	const (
 		toNext = iota // the next layer's input norm
@@ -133,6 +136,7 @@ func TestDecodeMLP(t *testing.T) {
 		wantX, wantSums, wantQKV := path(false)
 		decodeMLPBlocks = c.blocks
 		for run := range 2 {
+			decodeMLPNormFirst = run == 1
 			gotX, gotSums, gotQKV := path(true)
 			if !bytes.Equal(gotX, wantX) {
 				t.Errorf("%s, run %d: x differs from the five launches' (%s)", name, run, firstDiff(gotX, wantX))

@@ -26,11 +26,13 @@
 // which the GEMVs before them leave idle when their tiles do not fill the
 // grid.
 //
-// Barriers: ctr[0] counts arrivals; a block arrives once at the end of
-// each step (four), so that step k has ended everywhere once the count
-// reaches k · G. ctr[1] counts blocks done; the last one returns both to
-// zero for the next launch (which waits for this one to end before it
-// touches them: lb_pdl_wait).
+// Barriers: ctr[k] counts the blocks that have ended step k + 1 (four
+// steps end in one), so that step k + 1 has ended everywhere once it
+// reaches G (one count a barrier: a block that has no part in a step
+// arrives at once, and a single running count would reach a barrier's
+// total before every block had ended the step before). ctr[4] counts the
+// blocks done; the last one returns all five to zero for the next launch
+// (which waits for this one to end before it touches them: lb_pdl_wait).
 //
 // Memory: weights as lb_mma_gemv_bulk1's; the terms the kernel itself
 // writes (xn, xm) are read through L2 (CG), never the read-only path;
@@ -69,100 +71,114 @@ __device__ __forceinline__ void dm_wait(const u32 *ctr, u32 target) {
 	__syncthreads();
 }
 
-// dm_slices runs this block's slices of an RMSNorm of x's T rows into the
-// terms xs (rms_terms_slice: ⌈D / 512⌉ slices a row), slice j on block
-// G − 1 − j mod G, after waiting for target (the step that wrote x).
-__device__ __forceinline__ void dm_slices(const float *x, u32 *xs, const float *w, int D, float eps, int zc, int T,
-                                          const u32 *ctr, u32 target, float *tiles) {
+// dm_norm_slices runs this block's slices of an RMSNorm of x's T rows into
+// the terms xs (rms_terms_slice: ⌈D / 512⌉ slices a row), slice j on
+// block G − 1 − j mod G. Not inlined: a block may run it while it holds
+// a span of weights in registers (mma_bulk_spans's HOLD1), and the norm's
+// registers on top of those spilled the GEMVs' loops.
+__device__ __noinline__ void dm_norm_slices(const float *x, u32 *xs, const float *w, int D, float eps, int zc, int T,
+                                            float *tiles) {
 	int nc = D / 16, slices = (nc * 8 + 255) / 256, G = gridDim.x;
-	int first = G - 1 - (int)blockIdx.x;
-	if (first >= T * slices) return;
-	dm_wait(ctr, target);
-	for (int j = first; j < T * slices; j += G) {
+	for (int j = G - 1 - (int)blockIdx.x; j < T * slices; j += G) {
 		rms_terms_slice(x, xs, w, D, eps, zc, nc, 1, j / slices, j % slices, slices, tiles);
 		__syncthreads(); // tiles takes the next slice
 	}
 }
 
-// dm_noop is the ready of a block's later tiles in a step: it waited
-// before its first.
-struct dm_noop {
-	__device__ __forceinline__ void operator()() const {}
+// dm_norm runs dm_norm_slices once the step that wrote x has ended
+// everywhere (its barrier bar), where this block has any slices.
+__device__ __forceinline__ void dm_norm(const float *x, u32 *xs, const float *w, int D, float eps, int zc, int T,
+                                        u32 *bar, float *tiles) {
+	int slices = (D / 16 * 8 + 255) / 256;
+	if (gridDim.x - 1 - blockIdx.x >= (unsigned)(T * slices)) return;
+	dm_wait(bar, gridDim.x);
+	dm_norm_slices(x, xs, w, D, eps, zc, T, tiles);
+}
+
+// The steps' readies (mma_bulk_spans): on a block's first tile of a step
+// (on), the wait for the step before; its later tiles have nothing to
+// wait for. One type a step, so that each GEMV is compiled once.
+struct dm_after_pdl { // step 1: the kernel before
+	bool on;
+	__device__ __forceinline__ void operator()() const {
+		if (on) lb_pdl_wait();
+	}
+};
+struct dm_after { // a barrier
+	u32 *bar;
+	bool on;
+	__device__ __forceinline__ void operator()() const {
+		if (on) dm_wait(bar, gridDim.x);
+	}
+};
+struct dm_after_norm { // step 3: the post-attention norm (unless it ran first), then its barrier
+	const float *x, *w;
+	u32 *xs, *bar1, *bar2;
+	float *tiles;
+	int D, zc, T;
+	float eps;
+	bool norm, on;
+	__device__ __forceinline__ void operator()() const {
+		if (!on) return;
+		if (norm) {
+			dm_norm(x, xs, w, D, eps, zc, T, bar1, tiles);
+			dm_arrive(bar2);
+		}
+		dm_wait(bar2, gridDim.x);
+	}
 };
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     lb_decode_mlp(float *x, int D, int T, const uint2 *xa, const uint4 *wo, int ina, const float *postw, u32 *xn,
                   const uint4 *wg, const uint4 *wu, int inter, u32 *xm, const uint4 *wd, float *sums,
-                  const float *nextw, u32 *xnext, float eps, int zc, u32 *ctr) {
+                  const float *nextw, u32 *xnext, float eps, int zc, int norm_first, u32 *ctr) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
 	__shared__ float tiles[RMS_TILES_MAX];
 	const int G = gridDim.x, b = blockIdx.x, tilesD = (D + 15) / 16, tilesI = (inter + 15) / 16;
-	const u32 g = (u32)G;
 
 	// Step 1: x += o_proj · attention (xa: the attention's terms, written
 	// by the kernel before). The first tile's copies go out before
 	// lb_pdl_wait, as lb_mma_gemv_bulk1's.
-	if (b < tilesD) {
-		for (int m = b; m < tilesD; m += G) {
-			if (m == b)
-				mma_gemv_bulk_tile<1>(smem, bars, x, wo, D, m, xa, T, ina, 0, 1, 1, 1, (float *)0);
-			else
-				mma_gemv_bulk_tile<1, false, false>(smem, bars, x, wo, D, m, xa, T, ina, 0, 1, 1, 1, (float *)0,
-				                                    (rms_in *)0, dm_noop());
-			__syncthreads(); // the spans' sums take the next tile's
-		}
-	} else {
-		lb_pdl_wait();
+	for (int m = b; m < tilesD; m += G) {
+		mma_gemv_bulk_tile<1>(smem, bars, x, wo, D, m, xa, T, ina, 0, 1, 1, 1, (float *)0, (rms_in *)0,
+		                      dm_after_pdl{m == b});
+		__syncthreads(); // the spans' sums take the next tile's
 	}
+	if (b >= tilesD) lb_pdl_wait();
 	dm_arrive(ctr);
 
-	// Steps 2 and 3: the post-attention norm into xn (on the last blocks,
-	// inside the first gate/up tile's ready, so that its copies are out
-	// first), then gate and up with SiLU-mul into xm.
-	auto norm_then_wait = [&] {
-		dm_slices(x, xn, postw, D, eps, zc, T, ctr, g, tiles);
-		dm_arrive(ctr);
-		dm_wait(ctr, 2 * g);
-	};
-	if (b < tilesI) {
-		for (int m = b; m < tilesI; m += G) {
-			if (m == b)
-				mma_silu_tile<true>(smem, bars, xm, wg, wu, inter, tilesI, 1, (const uint2 *)xn, T, D, 1, m,
-				                    norm_then_wait);
-			else
-				mma_silu_tile<true>(smem, bars, xm, wg, wu, inter, tilesI, 1, (const uint2 *)xn, T, D, 1, m, dm_noop());
-			__syncthreads();
-		}
-	} else {
-		norm_then_wait();
+	// Steps 2 and 3: the post-attention norm into xn on the last blocks,
+	// inside the first gate/up tile's ready (so that its copies are out
+	// first; norm_first: before them), then gate and up with SiLU-mul into
+	// xm.
+	if (norm_first) {
+		dm_norm(x, xn, postw, D, eps, zc, T, ctr, tiles);
+		dm_arrive(ctr + 1);
 	}
-	dm_arrive(ctr);
+	dm_after_norm after{x, postw, xn, ctr, ctr + 1, tiles, D, zc, T, eps, !norm_first, true};
+	for (int m = b; m < tilesI; m += G) {
+		after.on = m == b;
+		mma_silu_tile<true>(smem, bars, xm, wg, wu, inter, tilesI, 1, (const uint2 *)xn, T, D, 1, m, after);
+		__syncthreads();
+	}
+	if (b >= tilesI) after();
+	dm_arrive(ctr + 2);
 
 	// Step 4: x += down · xm, with x's RMS tile sums where the next q/k/v
 	// GEMV takes them.
-	auto wait3 = [&] { dm_wait(ctr, 3 * g); };
-	if (b < tilesD) {
-		for (int m = b; m < tilesD; m += G) {
-			if (m == b)
-				mma_gemv_bulk_tile<1, false, true>(smem, bars, x, wd, D, m, (const uint2 *)xm, T, inter, 0, 1, 1, 1,
-				                                   sums, (rms_in *)0, wait3);
-			else
-				mma_gemv_bulk_tile<1, false, true>(smem, bars, x, wd, D, m, (const uint2 *)xm, T, inter, 0, 1, 1, 1,
-				                                   sums, (rms_in *)0, dm_noop());
-			__syncthreads();
-		}
-	} else {
-		wait3();
+	for (int m = b; m < tilesD; m += G) {
+		mma_gemv_bulk_tile<1, false, true>(smem, bars, x, wd, D, m, (const uint2 *)xm, T, inter, 0, 1, 1, 1, sums,
+		                                   (rms_in *)0, dm_after{ctr + 2, m == b});
+		__syncthreads();
 	}
-	dm_arrive(ctr);
+	if (b >= tilesD) dm_wait(ctr + 2, G);
+	dm_arrive(ctr + 3);
 
 	// Step 5: the next layer's input norm into xnext.
-	if (nextw) dm_slices(x, xnext, nextw, D, eps, zc, T, ctr, 4 * g, tiles);
+	if (nextw) dm_norm(x, xnext, nextw, D, eps, zc, T, ctr + 3, tiles);
 
-	if (threadIdx.x == 0 && atomicAdd(ctr + 1, 1u) == g - 1) {
-		atomicExch(ctr, 0u);
-		atomicExch(ctr + 1, 0u);
-	}
+	if (threadIdx.x == 0 && atomicAdd(ctr + 4, 1u) == (u32)G - 1)
+		for (int k = 0; k < 5; k++) atomicExch(ctr + k, 0u);
 }
 #endif
