@@ -27,6 +27,14 @@ var decodeMLPBlocks = 0
 // rather than after: the same bits.
 var decodeMLPNormFirst = os.Getenv("LOWBIT_MLP_NORM_FIRST") == "1"
 
+// Probes, to measure only: LOWBIT_MLP_NOHOLD=1 runs lb_decode_mlp_nohold;
+// LOWBIT_MLP_PROBE=nowait gives the kernel counters that every barrier
+// finds open (its results are then wrong: what the barriers' waits cost).
+var (
+	decodeMLPKernel = map[bool]string{false: "lb_decode_mlp", true: "lb_decode_mlp_nohold"}[os.Getenv("LOWBIT_MLP_NOHOLD") == "1"]
+	decodeMLPNoWait = os.Getenv("LOWBIT_MLP_PROBE") == "nowait"
+)
+
 // DecodeMLP runs, for the attention's BF16 terms att of a decode step of
 // up to 8 tokens, x += O·att; x += Down·(silu(Gate·n)·(Up·n)) with n =
 // RMSNorm(x, PostNorm); then RMSNorm(x, NextNorm) into the terms it
@@ -87,6 +95,11 @@ func (k *K) DecodeMLP(att Terms, x Buf, s MLPStep, sums Buf) (next Terms, ran bo
 	if err != nil {
 		return next, false, err
 	}
+	if decodeMLPNoWait {
+		if ctr, err = k.d.persistentFilled("mlp_barrier_open", 4*5, 0x7F); err != nil {
+			return next, false, err
+		}
+	}
 	spans := func(in int) int { return ((in+15)/16 + mmaSpan - 1) / mmaSpan }
 	sumRows := 0
 	if sums.ptr != 0 {
@@ -97,7 +110,7 @@ func (k *K) DecodeMLP(att Terms, x Buf, s MLPStep, sums Buf) (next Terms, ran bo
 	if shared > mmaGemvShared {
 		return next, false, nil
 	}
-	perSM, err := k.d.residentBlocks("lb_decode_mlp", 32*mmaBulkWarpsMax, shared)
+	perSM, err := k.d.residentBlocks(decodeMLPKernel, 32*mmaBulkWarpsMax, shared)
 	if err != nil || perSM < 1 {
 		return next, false, err
 	}
@@ -105,7 +118,7 @@ func (k *K) DecodeMLP(att Terms, x Buf, s MLPStep, sums Buf) (next Terms, ran bo
 	if decodeMLPBlocks > 0 {
 		G = min(G, decodeMLPBlocks)
 	}
-	return next, true, k.d.launch("lb_decode_mlp", [3]int{G, 1, 1}, [3]int{32 * mmaBulkWarpsMax, 1, 1}, shared,
+	return next, true, k.d.launch(decodeMLPKernel, [3]int{G, 1, 1}, [3]int{32 * mmaBulkWarpsMax, 1, 1}, shared,
 		ptrArg(x.ptr), intArg(D), intArg(T), ptrArg(att.buf.ptr), ptrArg(s.O.Data.ptr), intArg(att.In),
 		ptrArg(s.PostNorm.ptr), ptrArg(xn.buf.ptr), ptrArg(s.Gate.Data.ptr), ptrArg(s.Up.Data.ptr), intArg(inter),
 		ptrArg(xm.buf.ptr), ptrArg(s.Down.Data.ptr), ptrArg(sums.ptr), ptrArg(s.NextNorm.ptr), ptrArg(next.buf.ptr),

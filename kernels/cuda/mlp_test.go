@@ -17,16 +17,18 @@ import (
 // partial spans and tiles, 1 to 8 tokens, the norm's 1 + w gain; grids
 // capped at a few blocks, so that each block takes several row tiles and
 // norm slices; grids where blocks have no tile of a GEMV (they arrive at
-// its barrier at once). Each case runs twice, the second time with the
-// norm before the gate/up copies (decodeMLPNormFirst): the second launch
-// also finds the barrier counters the first returned to zero, or its
-// barriers open early.
+// its barrier at once). Each case runs three times: as is, with the norm
+// before the gate/up copies (decodeMLPNormFirst), and without HOLD1
+// (lb_decode_mlp_nohold); the later launches also find the barrier
+// counters the first returned to zero, or their barriers open early.
 func TestDecodeMLP(t *testing.T) {
 	d := openOrSkip(t)
 	if d.Major < 9 {
 		t.Skip("lb_decode_mlp needs sm_90")
 	}
-	defer func(b int, first bool) { decodeMLPBlocks, decodeMLPNormFirst = b, first }(decodeMLPBlocks, decodeMLPNormFirst)
+	defer func(b int, first bool, name string) {
+		decodeMLPBlocks, decodeMLPNormFirst, decodeMLPKernel = b, first, name
+	}(decodeMLPBlocks, decodeMLPNormFirst, decodeMLPKernel)
 	rng := rand.New(rand.NewPCG(61, 67))
 	const (
 		toNext = iota // the next layer's input norm
@@ -135,8 +137,8 @@ func TestDecodeMLP(t *testing.T) {
 		decodeMLPBlocks = 0
 		wantX, wantSums, wantQKV := path(false)
 		decodeMLPBlocks = c.blocks
-		for run := range 2 {
-			decodeMLPNormFirst = run == 1
+		for run := range 3 {
+			decodeMLPNormFirst, decodeMLPKernel = run == 1, map[bool]string{false: "lb_decode_mlp", true: "lb_decode_mlp_nohold"}[run == 2]
 			gotX, gotSums, gotQKV := path(true)
 			if !bytes.Equal(gotX, wantX) {
 				t.Errorf("%s, run %d: x differs from the five launches' (%s)", name, run, firstDiff(gotX, wantX))

@@ -92,7 +92,7 @@ func TestKernelsWaitFirst(t *testing.T) {
 	copiesFirst := map[string]string{"lb_mma_gemv": "", "lb_mma_gemv_bulk": bulk, "lb_mma_gemv_bulk1": bulk,
 		"lb_mma_gemv_bulk1_rms": bulk, "lb_mma_gemv_bulk1_silu": "mma_silu_tile mma_bulk_spans",
 		"lb_mma_gemv_tiles1_m2": "mma_gemv_tiles1", "lb_mma_gemv_tiles1_m4": "mma_gemv_tiles1",
-		"lb_decode_mlp": "mma_gemv_bulk_tile mma_bulk_spans"}
+		"lb_decode_mlp": "dm_run mma_gemv_bulk_tile mma_bulk_spans", "lb_decode_mlp_nohold": "dm_run mma_gemv_bulk_tile mma_bulk_spans"}
 	// The decode attention copies the cache rows that earlier steps wrote
 	// first.
 	for _, v := range []string{"d64", "d64_q1", "d128", "d128_q1", "d64_fp8", "d64_q1_fp8", "d128_fp8", "d128_q1_fp8"} {

@@ -250,8 +250,9 @@ __device__ __forceinline__ void mma_gemv_span_rms(float *part, const uint4 *slot
 // a block), on TERMS terms of the activations (3, or 1: hi alone,
 // lb_mma_gemv_bulk1), with the block's dynamic shared memory smem and its
 // mbarriers bars; with RMS, on the RMS input ri instead of xs (one token
-// group, BF16). ready and CG: mma_bulk_spans's and mma_gemv_span's.
-template <int TERMS, bool RMS = false, bool CG = false, typename Ready = pdl_wait_ready>
+// group, BF16). ready and CG: mma_bulk_spans's and mma_gemv_span's; HOLD
+// false keeps the first span in its slot (no HOLD1).
+template <int TERMS, bool RMS = false, bool CG = false, bool HOLD = true, typename Ready = pdl_wait_ready>
 __device__ __forceinline__ void mma_gemv_bulk_tile(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y,
                                                    const uint4 *w, int out, int m, const uint2 *xs, int T, int in,
                                                    int n0, int gpb, int ring, int acc, float *sums, rms_in *ri = 0,
@@ -273,7 +274,7 @@ __device__ __forceinline__ void mma_gemv_bulk_tile(uint4 *smem, u64 (*bars)[MMA_
 	// spans: wi, wi + nw, ...
 	// The first span held in registers on BF16 activations only: three
 	// terms' 48 activation fragments leave no room for it.
-	mma_bulk_spans<TERMS == 1>(
+	mma_bulk_spans<TERMS == 1 && HOLD>(
 	    smem + wi * ring * MMA_SPAN * 32, bars[wi], w + (i64)m * nc * 32, nc, wi, nw, ring,
 	    [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
 		    if (RMS)
@@ -355,8 +356,9 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 }
 
 // mma_silu_tile is lb_mma_gemv_bulk1_silu's body for row tile m; ready
-// and CG: mma_bulk_spans's and mma_gemv_span's.
-template <bool CG = false, typename Ready = pdl_wait_ready>
+// and CG: mma_bulk_spans's and mma_gemv_span's; HOLD: as
+// mma_gemv_bulk_tile's.
+template <bool CG = false, bool HOLD = true, typename Ready = pdl_wait_ready>
 __device__ __forceinline__ void mma_silu_tile(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], u32 *xo, const uint4 *wg,
                                               const uint4 *wu, int out, int nco, int nto, const uint2 *xs, int T,
                                               int in, int ring, int m, Ready ready = Ready()) {
@@ -364,7 +366,7 @@ __device__ __forceinline__ void mma_silu_tile(uint4 *smem, u64 (*bars)[MMA_BULK_
 	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN;
 	int up = wi >= hw, hi = wi - up * hw; // which weight, and the warp's place among its half
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
-	mma_bulk_spans<true>(
+	mma_bulk_spans<HOLD>(
 	    smem + wi * ring * MMA_SPAN * 32, bars[wi], (up ? wu : wg) + (i64)m * nc * 32, nc, hi, hw, ring,
 	    [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
 		    mma_gemv_span<false, 1, CG>(part + up * spans * 128, slot, xs, nc, s, 0, 1, T, lane, wait, regs);

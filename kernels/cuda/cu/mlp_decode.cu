@@ -51,8 +51,8 @@ __device__ __forceinline__ void dm_arrive(u32 *ctr) {
 }
 
 // dm_wait returns to every thread of the block once ctr has reached
-// target; the acquire and fence make the other blocks' writes visible to
-// the loads after it. A barrier still closed after a second means a
+// target; the acquire makes the other blocks' writes visible to the
+// loads after it (the block's barrier orders them after thread 0's). A barrier still closed after a second means a
 // block that never became resident (or a bug): the kernel traps, and the
 // launch fails with an error instead of hanging the device.
 __device__ __forceinline__ void dm_wait(const u32 *ctr, u32 target) {
@@ -66,7 +66,6 @@ __device__ __forceinline__ void dm_wait(const u32 *ctr, u32 target) {
 			asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 			if (t - t0 > 1000000000ull) __trap();
 		}
-		__threadfence();
 	}
 	__syncthreads();
 }
@@ -128,21 +127,22 @@ struct dm_after_norm { // step 3: the post-attention norm (unless it ran first),
 	}
 };
 
-extern "C" __global__ void __launch_bounds__(256, 2)
-    lb_decode_mlp(float *x, int D, int T, const uint2 *xa, const uint4 *wo, int ina, const float *postw, u32 *xn,
-                  const uint4 *wg, const uint4 *wu, int inter, u32 *xm, const uint4 *wd, float *sums,
-                  const float *nextw, u32 *xnext, float eps, int zc, int norm_first, u32 *ctr) {
-	extern __shared__ uint4 smem[];
-	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	__shared__ float tiles[RMS_TILES_MAX];
+// dm_run is lb_decode_mlp's body; HOLD: the GEMVs hold their first span
+// in registers (mma_bulk_spans's HOLD1), or not (lb_decode_mlp_nohold).
+template <bool HOLD>
+__device__ __forceinline__ void dm_run(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *tiles, float *x, int D,
+                                       int T, const uint2 *xa, const uint4 *wo, int ina, const float *postw, u32 *xn,
+                                       const uint4 *wg, const uint4 *wu, int inter, u32 *xm, const uint4 *wd,
+                                       float *sums, const float *nextw, u32 *xnext, float eps, int zc, int norm_first,
+                                       u32 *ctr) {
 	const int G = gridDim.x, b = blockIdx.x, tilesD = (D + 15) / 16, tilesI = (inter + 15) / 16;
 
 	// Step 1: x += o_proj · attention (xa: the attention's terms, written
 	// by the kernel before). The first tile's copies go out before
 	// lb_pdl_wait, as lb_mma_gemv_bulk1's.
 	for (int m = b; m < tilesD; m += G) {
-		mma_gemv_bulk_tile<1>(smem, bars, x, wo, D, m, xa, T, ina, 0, 1, 1, 1, (float *)0, (rms_in *)0,
-		                      dm_after_pdl{m == b});
+		mma_gemv_bulk_tile<1, false, false, HOLD>(smem, bars, x, wo, D, m, xa, T, ina, 0, 1, 1, 1, (float *)0,
+		                                          (rms_in *)0, dm_after_pdl{m == b});
 		__syncthreads(); // the spans' sums take the next tile's
 	}
 	if (b >= tilesD) lb_pdl_wait();
@@ -159,7 +159,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 	dm_after_norm after{x, postw, xn, ctr, ctr + 1, tiles, D, zc, T, eps, !norm_first, true};
 	for (int m = b; m < tilesI; m += G) {
 		after.on = m == b;
-		mma_silu_tile<true>(smem, bars, xm, wg, wu, inter, tilesI, 1, (const uint2 *)xn, T, D, 1, m, after);
+		mma_silu_tile<true, HOLD>(smem, bars, xm, wg, wu, inter, tilesI, 1, (const uint2 *)xn, T, D, 1, m, after);
 		__syncthreads();
 	}
 	if (b >= tilesI) after();
@@ -168,8 +168,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 	// Step 4: x += down · xm, with x's RMS tile sums where the next q/k/v
 	// GEMV takes them.
 	for (int m = b; m < tilesD; m += G) {
-		mma_gemv_bulk_tile<1, false, true>(smem, bars, x, wd, D, m, (const uint2 *)xm, T, inter, 0, 1, 1, 1, sums,
-		                                   (rms_in *)0, dm_after{ctr + 2, m == b});
+		mma_gemv_bulk_tile<1, false, true, HOLD>(smem, bars, x, wd, D, m, (const uint2 *)xm, T, inter, 0, 1, 1, 1,
+		                                         sums, (rms_in *)0, dm_after{ctr + 2, m == b});
 		__syncthreads();
 	}
 	if (b >= tilesD) dm_wait(ctr + 2, G);
@@ -180,5 +180,27 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 
 	if (threadIdx.x == 0 && atomicAdd(ctr + 4, 1u) == (u32)G - 1)
 		for (int k = 0; k < 5; k++) atomicExch(ctr + k, 0u);
+}
+
+#define DM_PARAMS                                                                                                   \
+	float *x, int D, int T, const uint2 *xa, const uint4 *wo, int ina, const float *postw, u32 *xn, const uint4 *wg, \
+	    const uint4 *wu, int inter, u32 *xm, const uint4 *wd, float *sums, const float *nextw, u32 *xnext,         \
+	    float eps, int zc, int norm_first, u32 *ctr
+#define DM_ARGS x, D, T, xa, wo, ina, postw, xn, wg, wu, inter, xm, wd, sums, nextw, xnext, eps, zc, norm_first, ctr
+
+extern "C" __global__ void __launch_bounds__(256, 2) lb_decode_mlp(DM_PARAMS) {
+	extern __shared__ uint4 smem[];
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	__shared__ float tiles[RMS_TILES_MAX];
+	dm_run<true>(smem, bars, tiles, DM_ARGS);
+}
+
+// lb_decode_mlp_nohold: lb_decode_mlp without HOLD1 (64 registers a
+// thread fewer, half the weights in flight before a wait), to measure.
+extern "C" __global__ void __launch_bounds__(256, 2) lb_decode_mlp_nohold(DM_PARAMS) {
+	extern __shared__ uint4 smem[];
+	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
+	__shared__ float tiles[RMS_TILES_MAX];
+	dm_run<false>(smem, bars, tiles, DM_ARGS);
 }
 #endif
