@@ -52,7 +52,6 @@ type CUDAExecutor struct {
 	// generated ones on the tensor-core GEMVs' one-term path.
 	decodeBF16 bool
 	gemvNorms  GEMVNorms
-	decodeMLP  bool // WithDecodeMLP
 }
 
 type cudaLayer struct {
@@ -87,9 +86,6 @@ func NewCUDAExecutor(m *Model, d *cuda.Device, blocks, blockSize int, dtype kern
 		graphs: map[graphKey]*cuda.Graph{}, graphGen: map[graphKey]int{}}
 	var err error
 	if e.gemvNorms, err = gemvNormsFromEnv(); err != nil {
-		return nil, err
-	}
-	if e.decodeMLP, err = decodeMLPFromEnv(); err != nil {
 		return nil, err
 	}
 	for _, o := range opts {

@@ -102,72 +102,39 @@ func (e *CUDAExecutor) layersFloat(k *cuda.K, T int, bt *cuda.Batch, scale float
 // attention takes a layer from its q, k and v (act.q, k, v) to the
 // o-projection's output in act.h: q/k-norm, RoPE and the KV-cache write,
 // attention, o_proj. With terms (layersTerms), a decode step's attention
-// writes the o-projection's input terms itself (attentionTerms): no split
-// launch; and the o-projection adds into the residual stream act.x where
-// it can (oProj), which it reports (act.h then holds nothing).
+// writes the o-projection's input terms itself (AttentionBatchTerms): no
+// split launch; and the o-projection adds into the residual stream act.x
+// where it can (MatMulTermsAdd), which it reports (act.h then holds
+// nothing).
 func (e *CUDAExecutor) attention(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, terms bool) (bool, error) {
+	d, a := e.m.d, &e.act
+	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
+	q, kk, v, att := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd), a.att.F32(0, T*qd)
+	h := []cuda.Buf{a.h.F32(0, T*d.hidden)}
+	if err := k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta); err != nil {
+		return false, err
+	}
 	if terms {
-		t, fused, err := e.attentionTerms(k, dl, T, bt, scale, false)
-		if err != nil || !fused {
+		t, err := e.termsFor(k, T, qd)
+		if err != nil {
 			return false, err
 		}
-		return e.oProj(k, dl, t)
-	}
-	d, a := e.m.d, &e.act
-	qd := d.heads * d.headDim
-	q, att := a.q.F32(0, T*qd), a.att.F32(0, T*qd)
-	if err := e.qkNormRoPE(k, dl, T, bt); err != nil {
-		return false, err
+		fused, err := k.AttentionBatchTerms(att, &t, q, &dl.kv, bt, T, d.heads, scale)
+		if err != nil {
+			return false, err
+		}
+		if !fused {
+			return false, e.matmul(k, att, T, h, dl.o)
+		}
+		if added, err := k.MatMulTermsAdd(t, a.x.F32(0, T*d.hidden), dl.o, cuda.Buf{}); added || err != nil {
+			return added, err
+		}
+		return false, k.MatMulTerms(t, h, []*cuda.Weight{dl.o})
 	}
 	if err := k.AttentionBatch(att, q, &dl.kv, bt, T, d.heads, scale); err != nil {
 		return false, err
 	}
-	return false, e.matmul(k, att, T, []cuda.Buf{a.h.F32(0, T*d.hidden)}, dl.o)
-}
-
-// qkNormRoPE runs q/k-norm and RoPE on act.q and act.k and writes k and v
-// into the layer's KV cache.
-func (e *CUDAExecutor) qkNormRoPE(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch) error {
-	d, a := e.m.d, &e.act
-	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
-	q, kk, v := a.q.F32(0, T*qd), a.k.F32(0, T*kvd), a.v.F32(0, T*kvd)
-	return k.QKNormRoPE(q, kk, v, dl.qNorm, dl.kNorm, d.qkNorm, d.eps, &dl.kv, bt, T, d.heads, d.rotaryDim, d.theta)
-}
-
-// attentionTerms is attention with terms up to the o-projection: q/k-norm
-// and RoPE, then the attention writing the o-projection's input terms,
-// which it returns (ok). Where the attention cannot write them, with split
-// its output is split into them (the bits MatMulShared's split gives);
-// without, it runs the o-projection itself into act.h and reports false.
-func (e *CUDAExecutor) attentionTerms(k *cuda.K, dl *cudaLayer, T int, bt *cuda.Batch, scale float32, split bool) (cuda.Terms, bool, error) {
-	d, a := e.m.d, &e.act
-	qd := d.heads * d.headDim
-	q, att := a.q.F32(0, T*qd), a.att.F32(0, T*qd)
-	if err := e.qkNormRoPE(k, dl, T, bt); err != nil {
-		return cuda.Terms{}, false, err
-	}
-	t, err := e.termsFor(k, T, qd)
-	if err != nil {
-		return t, false, err
-	}
-	fused, err := k.AttentionBatchTerms(att, &t, q, &dl.kv, bt, T, d.heads, scale)
-	switch {
-	case err != nil || fused:
-		return t, fused, err
-	case split:
-		return t, true, k.Split(t, att)
-	}
-	return t, false, e.matmul(k, att, T, []cuda.Buf{a.h.F32(0, T*d.hidden)}, dl.o)
-}
-
-// oProj runs the o-projection on the attention's terms t: added into the
-// residual stream act.x where it can (reported), else into act.h.
-func (e *CUDAExecutor) oProj(k *cuda.K, dl *cudaLayer, t cuda.Terms) (bool, error) {
-	d, a := e.m.d, &e.act
-	if added, err := k.MatMulTermsAdd(t, a.x.F32(0, t.T*d.hidden), dl.o, cuda.Buf{}); added || err != nil {
-		return added, err
-	}
-	return false, k.MatMulTerms(t, []cuda.Buf{a.h.F32(0, t.T*d.hidden)}, []*cuda.Weight{dl.o})
+	return false, e.matmul(k, att, T, h, dl.o)
 }
 
 // layersTerms runs the decoder layers of a model whose matmul weights are
@@ -177,10 +144,7 @@ func (e *CUDAExecutor) oProj(k *cuda.K, dl *cudaLayer, t cuda.Terms) (bool, erro
 // In a decode step of BF16 activations and a token or two (RMSInGemv,
 // where e.gemvNorms fuses) each layer's input norm goes into its q/k/v GEMV
 // (MatMulRMS), and the down projection before it writes the new
-// residual's RMS tile sums: the same bits, with no norm launch. In a
-// decode step of BF16 activations (WithDecodeMLP) each layer's second
-// half, from the o projection to the next layer's input norm (or those
-// sums), is one launch (cuda.K.DecodeMLP), again with the same bits.
+// residual's RMS tile sums: the same bits, with no norm launch.
 func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float32) error {
 	d, a := e.m.d, &e.act
 	qd, kvd := d.heads*d.headDim, d.kvHeads*d.headDim
@@ -218,7 +182,6 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		})
 	}
 	added := false
-	var next cuda.Terms // the layer's input terms, where DecodeMLP wrote them
 	for i := range e.layers {
 		dl := &e.layers[i]
 		// Layer 0's input is the embedding, to which nothing is added.
@@ -228,12 +191,7 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 		}
 		ys, ws := []cuda.Buf{q, kk, v}, []*cuda.Weight{dl.q, dl.k, dl.v}
 		fused := false
-		if next.T > 0 {
-			if err := k.MatMulTerms(next, ys, ws); err != nil {
-				return err
-			}
-			fused, next = true, cuda.Terms{}
-		} else if added && sums.Bytes() > 0 {
+		if added && sums.Bytes() > 0 {
 			in := cuda.RMSInput{X: x, Sums: sums, W: dl.inputNorm, T: T, D: d.hidden, Eps: d.eps}
 			var err error
 			if fused, err = k.MatMulRMS(in, ys, ws); err != nil {
@@ -249,34 +207,8 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 				return err
 			}
 		}
-		last := i+1 == len(e.layers)
-		downSums := sums
-		if last {
-			downSums = cuda.Buf{} // the final norm is its own launch (step)
-		}
 		var err error
-		if e.decodeMLP && e.decodeBF16 {
-			// The layer's second half in one launch where it can run.
-			t, _, err := e.attentionTerms(k, dl, T, bt, scale, true)
-			if err != nil {
-				return err
-			}
-			step := cuda.MLPStep{O: dl.o, Gate: dl.gate, Up: dl.up, Down: dl.down, PostNorm: dl.postNorm, Eps: d.eps}
-			if !last && downSums.Bytes() == 0 {
-				step.NextNorm = e.layers[i+1].inputNorm
-			}
-			var ran bool
-			if next, ran, err = k.DecodeMLP(t, x, step, downSums); err != nil {
-				return err
-			}
-			if ran {
-				added = true
-				continue
-			}
-			if added, err = e.oProj(k, dl, t); err != nil {
-				return err
-			}
-		} else if added, err = e.attention(k, dl, T, bt, scale, true); err != nil {
+		if added, err = e.attention(k, dl, T, bt, scale, true); err != nil {
 			return err
 		}
 		t, err := norm(added, h, dl.postNorm)
@@ -303,6 +235,11 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 			if td, err = terms(d.inter, func(t cuda.Terms) error { return k.SiLUMulTerms(t, g, u, d.inter) }); err != nil {
 				return err
 			}
+		}
+		last := i+1 == len(e.layers)
+		downSums := sums
+		if last {
+			downSums = cuda.Buf{} // the final norm is its own launch (step)
 		}
 		if added, err = k.MatMulTermsAdd(td, x, dl.down, downSums); err != nil {
 			return err

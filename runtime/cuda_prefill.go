@@ -89,25 +89,6 @@ func gemvNormsFromEnv() (GEMVNorms, error) {
 // LOWBIT_RMS_GEMV.
 func WithGEMVNorms(n GEMVNorms) CUDAOption { return func(e *CUDAExecutor) { e.gemvNorms = n } }
 
-// WithDecodeMLP sets whether a decode step of BF16 activations runs each
-// layer's second half (o projection to down projection, and the next
-// layer's input norm) in one launch (cuda.K.DecodeMLP: the same bits as
-// its five launches) where it can; LOWBIT_MLP_KERNEL=0 or 1 sets it for
-// measurement, on by default.
-func WithDecodeMLP(on bool) CUDAOption { return func(e *CUDAExecutor) { e.decodeMLP = on } }
-
-// decodeMLPFromEnv parses LOWBIT_MLP_KERNEL.
-func decodeMLPFromEnv() (bool, error) {
-	switch v := os.Getenv("LOWBIT_MLP_KERNEL"); v {
-	case "", "1":
-		return true, nil
-	case "0":
-		return false, nil
-	default:
-		return false, fmt.Errorf("runtime: LOWBIT_MLP_KERNEL=%q: want 0 or 1", v)
-	}
-}
-
 // matmulShared is k.MatMulShared, on BF16 activations under
 // WithBF16Activations.
 func (e *CUDAExecutor) matmulShared(k *cuda.K, x cuda.Buf, T int, ys []cuda.Buf, ws []*cuda.Weight) error {

@@ -128,11 +128,9 @@ func bf16Sequences(seed uint64) [][]int {
 // lb_mma_gemv_bulk1); and with every row a generated one the logits match
 // the CPU's forward with BF16 activations before every matmul, the lm_head
 // included, within TestCUDAPrefillBF16's 1e-3 of the largest logit, for the
-// same reason. GEMVNormsInput and WithDecodeMLP give the bits of
-// GEMVNormsNone without the MLP kernel: GEMVNormsInput's steps of one or
-// two generated tokens run the q/k/v GEMV with the input norm inside
-// (lb_mma_gemv_bulk1_rms), and WithDecodeMLP's decode steps run each
-// layer's second half in one launch (lb_decode_mlp).
+// same reason. GEMVNormsInput gives the bits of GEMVNormsNone, and its
+// steps of one or two generated tokens run the q/k/v GEMV with the input
+// norm inside (lb_mma_gemv_bulk1_rms).
 func TestCUDABF16Activations(t *testing.T) {
 	d := cudaDevice(t)
 	m, refModel := bf16Models(t, true)
@@ -144,15 +142,12 @@ func TestCUDABF16Activations(t *testing.T) {
 		name  string
 		norms GEMVNorms
 		fused bool // whether lb_mma_gemv_bulk1_rms must run
-		mlp   bool // WithDecodeMLP: whether lb_decode_mlp must run
 	}{
-		{"none", GEMVNormsNone, false, false},
-		{"none, MLP kernel", GEMVNormsNone, false, true},
-		{"input", GEMVNormsInput, true, false},
-		{"input, MLP kernel", GEMVNormsInput, true, true},
+		{"none", GEMVNormsNone, false},
+		{"input", GEMVNormsInput, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			fast, err := NewCUDAExecutor(m, d, 32, 4, kernels.KVBF16, WithBF16Activations(), WithGEMVNorms(c.norms), WithDecodeMLP(c.mlp))
+			fast, err := NewCUDAExecutor(m, d, 32, 4, kernels.KVBF16, WithBF16Activations(), WithGEMVNorms(c.norms))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,14 +156,9 @@ func TestCUDABF16Activations(t *testing.T) {
 				t.Fatal(err)
 			}
 			together := stepsCase(t, fast, seqs, prompts, [][]int{{5, 7, 3}, {9, 7, 14}, {10, 7, 15}, {11, 7, 16}, {12, 7, 20}}, V)
-			profile := d.StopProfile()
-			for _, k := range []struct {
-				name string
-				want bool
-			}{{"lb_mma_gemv_bulk1_rms", c.fused}, {"lb_decode_mlp", c.mlp && d.Major >= 9}} {
-				if ran := slices.ContainsFunc(profile, func(kt cuda.KernelTime) bool { return kt.Name == k.name }); ran != k.want {
-					t.Errorf("%s ran: %v, want %v", k.name, ran, k.want)
-				}
+			ran := slices.ContainsFunc(d.StopProfile(), func(kt cuda.KernelTime) bool { return kt.Name == "lb_mma_gemv_bulk1_rms" })
+			if ran != c.fused {
+				t.Errorf("lb_mma_gemv_bulk1_rms ran: %v, want %v", ran, c.fused)
 			}
 			if base == nil {
 				base = together
@@ -186,22 +176,6 @@ func TestCUDABF16Activations(t *testing.T) {
 			steps := [][]int{{3, 2, 8}, {4, 3, 9}, {12, 7, 20}}
 			matchBF16Reference(t, "BF16 activations", stepsCase(t, fast, seqs, none, steps, V), m, refModel, seqs, none, steps)
 		})
-	}
-}
-
-// TestDecodeMLPEnv: LOWBIT_MLP_KERNEL's values; an unknown value is an
-// error. Runs without a GPU.
-func TestDecodeMLPEnv(t *testing.T) {
-	for _, c := range []struct {
-		env     string
-		want    bool
-		wantErr bool
-	}{{"", true, false}, {"1", true, false}, {"0", false, false}, {"on", false, true}} {
-		t.Setenv("LOWBIT_MLP_KERNEL", c.env)
-		on, err := decodeMLPFromEnv()
-		if (err != nil) != c.wantErr || err == nil && on != c.want {
-			t.Errorf("LOWBIT_MLP_KERNEL=%q: %v, %v; want %v, an error: %v", c.env, on, err, c.want, c.wantErr)
-		}
 	}
 }
 

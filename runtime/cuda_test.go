@@ -151,7 +151,7 @@ func BenchmarkCUDADecode(b *testing.B) {
 	defer gpu.Close()
 	// What NVRTC made of the decode step's GEMV and attention kernels:
 	// a spill would show here before it shows in the timing.
-	for _, name := range []string{"lb_mma_gemv_bulk1", "lb_mma_gemv_bulk1_rms", "lb_mma_gemv_bulk1_silu", "lb_decode_mlp", "lb_decode_mlp_nohold", "lb_flash_decode_d128_q1"} {
+	for _, name := range []string{"lb_mma_gemv_bulk1", "lb_mma_gemv_bulk1_rms", "lb_mma_gemv_bulk1_silu", "lb_flash_decode_d128_q1"} {
 		if ki, err := d.KernelInfo(name); err == nil {
 			b.Logf("  %-24s %3d registers, %4d bytes local (spills)", name, ki.Registers, ki.LocalBytes)
 		}

@@ -277,9 +277,20 @@ func flagArg(b bool) arg {
 // launch runs kernel name on grid × block threads with shmem bytes of
 // dynamic shared memory (locked by the caller).
 func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...arg) error {
-	f, err := d.sharedFunction(name, shmem)
+	f, err := d.function(name)
 	if err != nil {
 		return err
+	}
+	// Without the attribute a kernel may take 48 KB of shared memory, its
+	// static share included: a launch of exactly 48 KB of dynamic memory
+	// beside static mbarriers is refused (CUDA_ERROR_INVALID_VALUE) unless
+	// it is raised. So raise it for every size past the last one allowed.
+	if shmem > d.dynShared[name] {
+		// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+		if err := check("cuFuncSetAttribute("+name+")", C.lb_cuFuncSetAttribute(f, 8, C.int(shmem))); err != nil {
+			return err
+		}
+		d.dynShared[name] = shmem
 	}
 	slots := make([]C.uint64_t, len(args))
 	for i, a := range args {
@@ -298,41 +309,6 @@ func (d *Device) launch(name string, grid, block [3]int, shmem int, args ...arg)
 		return check("cuLaunchKernel("+name+")", C.lb_cu_launch(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
 			C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shmem), d.stream, p, C.int(len(args))))
 	})
-}
-
-// sharedFunction returns kernel name, allowed shmem bytes of dynamic shared
-// memory (locked by the caller).
-func (d *Device) sharedFunction(name string, shmem int) (C.lb_handle, error) {
-	f, err := d.function(name)
-	if err != nil {
-		return f, err
-	}
-	// Without the attribute a kernel may take 48 KB of shared memory, its
-	// static share included: a launch of exactly 48 KB of dynamic memory
-	// beside static mbarriers is refused (CUDA_ERROR_INVALID_VALUE) unless
-	// it is raised. So raise it for every size past the last one allowed.
-	if shmem > d.dynShared[name] {
-		// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-		if err := check("cuFuncSetAttribute("+name+")", C.lb_cuFuncSetAttribute(f, 8, C.int(shmem))); err != nil {
-			return f, err
-		}
-		d.dynShared[name] = shmem
-	}
-	return f, nil
-}
-
-// residentBlocks returns how many blocks of kernel name, of threads
-// threads and shmem bytes of dynamic shared memory, an SM holds at once
-// (the driver's occupancy; locked by the caller).
-func (d *Device) residentBlocks(name string, threads, shmem int) (int, error) {
-	f, err := d.sharedFunction(name, shmem)
-	if err != nil {
-		return 0, err
-	}
-	var n C.int
-	err = check("cuOccupancyMaxActiveBlocksPerMultiprocessor("+name+")",
-		C.lb_cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, C.int(threads), C.size_t(shmem)))
-	return int(n), err
 }
 
 // sync waits for the device's work and reports an asynchronous error of a

@@ -39,7 +39,6 @@ static void *libcuda, *libnvrtc;
 	X(cuModuleGetGlobal_v2, lb_cures, (lb_devptr *, size_t *, lb_handle, const char *))                  \
 	X(cuFuncSetAttribute, lb_cures, (lb_handle, int, int))                                               \
 	X(cuFuncGetAttribute, lb_cures, (int *, int, lb_handle))                                             \
-	X(cuOccupancyMaxActiveBlocksPerMultiprocessor, lb_cures, (int *, lb_handle, int, size_t))              \
 	X(cuGetErrorName, lb_cures, (lb_cures, const char **))                                               \
 	X(cuGetErrorString, lb_cures, (lb_cures, const char **))                                             \
 	X(cuEventCreate, lb_cures, (lb_handle *, unsigned))                                                  \
@@ -161,9 +160,6 @@ lb_cures lb_cuModuleGetFunction(lb_handle *f, lb_handle m, const char *n) { retu
 lb_cures lb_cuModuleGetGlobal(lb_devptr *p, size_t *b, lb_handle m, const char *n) { return p_cuModuleGetGlobal_v2(p, b, m, n); }
 lb_cures lb_cuFuncSetAttribute(lb_handle f, int a, int v) { return p_cuFuncSetAttribute(f, a, v); }
 lb_cures lb_cuFuncGetAttribute(int *v, int a, lb_handle f) { return p_cuFuncGetAttribute(v, a, f); }
-lb_cures lb_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, lb_handle f, int threads, size_t shmem) {
-	return p_cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, threads, shmem);
-}
 lb_cures lb_cuGetErrorName(lb_cures r, const char **s) { return p_cuGetErrorName(r, s); }
 lb_cures lb_cuGetErrorString(lb_cures r, const char **s) { return p_cuGetErrorString(r, s); }
 lb_cures lb_cuEventCreate(lb_handle *e, unsigned f) { return p_cuEventCreate(e, f); }

@@ -47,7 +47,6 @@ lb_cures lb_cuModuleGetFunction(lb_handle *fn, lb_handle mod, const char *name);
 lb_cures lb_cuModuleGetGlobal(lb_devptr *p, size_t *bytes, lb_handle mod, const char *name);
 lb_cures lb_cuFuncSetAttribute(lb_handle fn, int attr, int value);
 lb_cures lb_cuFuncGetAttribute(int *value, int attr, lb_handle fn);
-lb_cures lb_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, lb_handle fn, int threads, size_t shmem);
 lb_cures lb_cuGetErrorName(lb_cures r, const char **s);
 lb_cures lb_cuGetErrorString(lb_cures r, const char **s);
 lb_cures lb_cuEventCreate(lb_handle *e, unsigned flags);

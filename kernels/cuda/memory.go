@@ -121,20 +121,14 @@ func (d *Device) persistent(name string, n int) (Buf, error) {
 	return Buf{ptr, n}, nil
 }
 
-// persistentFilled is persistent for a buffer whose every byte holds
-// fill when a kernel first sees it.
-func (d *Device) persistentFilled(name string, n int, fill byte) (Buf, error) {
+// persistentZeroed is persistent for a buffer that must hold zeros when a
+// kernel first sees it (counters the kernels return to zero themselves):
+// a new allocation is cleared on the stream before any later launch.
+func (d *Device) persistentZeroed(name string, n int) (Buf, error) {
 	before := d.named[name].ptr
 	b, err := d.persistent(name, n)
 	if err != nil || b.ptr == before {
 		return b, err
 	}
-	return b, check("cuMemsetD8Async", C.lb_cuMemsetD8Async(b.ptr, C.uchar(fill), C.size_t(d.named[name].size), d.stream))
-}
-
-// persistentZeroed is persistent for a buffer that must hold zeros when a
-// kernel first sees it (counters the kernels return to zero themselves):
-// a new allocation is cleared on the stream before any later launch.
-func (d *Device) persistentZeroed(name string, n int) (Buf, error) {
-	return d.persistentFilled(name, n, 0)
+	return b, check("cuMemsetD8Async", C.lb_cuMemsetD8Async(b.ptr, 0, C.size_t(d.named[name].size), d.stream))
 }

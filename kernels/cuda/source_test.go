@@ -88,21 +88,17 @@ func TestKernelsWaitFirst(t *testing.T) {
 	// Kernels that start their weight copies before they wait, in their
 	// body or in the chain of helpers they call (each calling the next, the
 	// last waiting).
-	bulk := "mma_gemv_bulk mma_gemv_bulk_tile mma_bulk_spans"
-	copiesFirst := map[string]string{"lb_mma_gemv": "", "lb_mma_gemv_bulk": bulk, "lb_mma_gemv_bulk1": bulk,
-		"lb_mma_gemv_bulk1_rms": bulk, "lb_mma_gemv_bulk1_silu": "mma_silu_tile mma_bulk_spans",
-		"lb_mma_gemv_tiles1_m2": "mma_gemv_tiles1", "lb_mma_gemv_tiles1_m4": "mma_gemv_tiles1",
-		"lb_decode_mlp": "dm_run mma_gemv_bulk_tile mma_bulk_spans", "lb_decode_mlp_nohold": "dm_run mma_gemv_bulk_tile mma_bulk_spans"}
+	copiesFirst := map[string]string{"lb_mma_gemv": "", "lb_mma_gemv_bulk": "mma_gemv_bulk mma_bulk_spans",
+		"lb_mma_gemv_bulk1": "mma_gemv_bulk mma_bulk_spans", "lb_mma_gemv_bulk1_rms": "mma_gemv_bulk mma_bulk_spans",
+		"lb_mma_gemv_bulk1_silu": "mma_bulk_spans",
+		"lb_mma_gemv_tiles1_m2":  "mma_gemv_tiles1", "lb_mma_gemv_tiles1_m4": "mma_gemv_tiles1"}
 	// The decode attention copies the cache rows that earlier steps wrote
 	// first.
 	for _, v := range []string{"d64", "d64_q1", "d128", "d128_q1", "d64_fp8", "d64_q1_fp8", "d128_fp8", "d128_q1_fp8"} {
 		copiesFirst["lb_flash_decode_"+v] = "fd_run"
 	}
-	// mma_bulk_spans waits by calling its ready, by default
-	// pdl_wait_ready, which calls lb_pdl_wait.
-	pdlReady := regexp.MustCompile(`struct pdl_wait_ready \{[^}]*lb_pdl_wait\(\);`).MatchString(src)
 	// waitsVia says whether body calls the first helper of chain, each
-	// helper the next, and the last lb_pdl_wait (or its ready).
+	// helper the next, and the last lb_pdl_wait.
 	waitsVia := func(body string, chain []string) bool {
 		for _, h := range chain {
 			def := regexp.MustCompile(`void\s+` + h + `\s*\(`).FindStringIndex(src)
@@ -111,7 +107,7 @@ func TestKernelsWaitFirst(t *testing.T) {
 			}
 			body = bodyAt(def[1] - 1)
 		}
-		return strings.Contains(body, "lb_pdl_wait();") || pdlReady && strings.Contains(body, "ready();")
+		return strings.Contains(body, "lb_pdl_wait();")
 	}
 	n := 0
 	for _, m := range head.FindAllStringSubmatchIndex(src, -1) {

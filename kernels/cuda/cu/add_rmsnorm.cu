@@ -105,30 +105,6 @@ extern "C" __global__ void lb_add_rmsnorm_terms(float *x, const float *h, u32 *x
 	}
 }
 
-// rms_terms_slice is lb_rmsnorm_terms_slices's body for row t's slice of
-// slices (a block of 256 threads; tiles: shared memory for the row's
-// tile sums).
-__device__ __forceinline__ void rms_terms_slice(const float *x, u32 *xs, const float *w, int D, float eps,
-                                                int zero_centered, int nc, int terms, int t, int slice, int slices,
-                                                float *tiles) {
-	const float *xr = x + (i64)t * D;
-	const int per = (nc * 8 + slices - 1) / slices;
-	// This thread's pair, loaded with the row's tiles.
-	int p = slice * per + threadIdx.x;
-	bool mine = threadIdx.x < per && p < nc * 8;
-	float pv[2] = {0.0f, 0.0f}, pg[2] = {0.0f, 0.0f};
-	if (mine)
-#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int i = 2 * p + k;
-			if (i < D) pv[k] = xr[i], pg[k] = rms_gain(w[i], zero_centered);
-		}
-	float r = rms_scale(block_rms_sumsq(xr, D, tiles), D, eps);
-	if (mine)
-		mma_put_terms(xs, nc, t, 2 * p, 2 * p < D ? rms_apply(pv[0], r, pg[0]) : 0.0f,
-		              2 * p + 1 < D ? rms_apply(pv[1], r, pg[1]) : 0.0f, terms);
-}
-
 // lb_rmsnorm_terms_slices: lb_add_rmsnorm_terms without the add (the
 // residual already added into x: lb_mma_gemv_bulk's acc), each row's
 // output spread over gridDim.y blocks of 256 threads, at most one column
@@ -142,5 +118,20 @@ extern "C" __global__ void __launch_bounds__(256) lb_rmsnorm_terms_slices(const 
                                                                             int nc, int terms) {
 	lb_pdl_wait();
 	__shared__ float tiles[RMS_TILES_MAX];
-	rms_terms_slice(x, xs, w, D, eps, zero_centered, nc, terms, blockIdx.x, blockIdx.y, gridDim.y, tiles);
+	const float *xr = x + (i64)blockIdx.x * D;
+	const int per = (nc * 8 + gridDim.y - 1) / gridDim.y;
+	// This thread's pair, loaded with the row's tiles.
+	int p = blockIdx.y * per + threadIdx.x;
+	bool mine = threadIdx.x < per && p < nc * 8;
+	float pv[2] = {0.0f, 0.0f}, pg[2] = {0.0f, 0.0f};
+	if (mine)
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int i = 2 * p + k;
+			if (i < D) pv[k] = xr[i], pg[k] = rms_gain(w[i], zero_centered);
+		}
+	float r = rms_scale(block_rms_sumsq(xr, D, tiles), D, eps);
+	if (mine)
+		mma_put_terms(xs, nc, blockIdx.x, 2 * p, 2 * p < D ? rms_apply(pv[0], r, pg[0]) : 0.0f,
+		              2 * p + 1 < D ? rms_apply(pv[1], r, pg[1]) : 0.0f, terms);
 }

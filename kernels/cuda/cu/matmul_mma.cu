@@ -165,10 +165,8 @@ __device__ __forceinline__ void mma_part_put(float *part, const float *acc, int 
 // loads of the span issued at once (one latency, not one a chunk; the
 // first group's before wait(), which returns once the slot's tiles have
 // landed), then the span's 48 mma; TERMS 1 loads and multiplies hi alone
-// (16 of each). regs: as mma_span's. CG loads the activations through L2
-// (ld.global.cg) rather than the read-only path: for terms that other
-// blocks of the same kernel wrote (lb_decode_mlp).
-template <bool HOLD = true, int TERMS = 3, bool CG = false, typename Wait>
+// (16 of each). regs: as mma_span's.
+template <bool HOLD = true, int TERMS = 3, typename Wait>
 __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, const uint2 *xs, int nc, int s, int n0,
                                               int ng, int T, int lane, Wait wait, const uint4 *regs = 0) {
 	int g = lane >> 2, c0 = s * MMA_SPAN, nch = min(MMA_SPAN, nc - c0);
@@ -188,7 +186,7 @@ __device__ __forceinline__ void mma_gemv_span(float *part, const uint4 *slot, co
 #pragma unroll
 				for (int j = 0; j < TERMS; j++) {
 					b[i][j].x = b[i][j].y = 0u;
-					if (live) b[i][j] = CG ? __ldcg(bp + (i * 3 + j) * 32) : __ldg(bp + (i * 3 + j) * 32);
+					if (live) b[i][j] = __ldg(bp + (i * 3 + j) * 32);
 				}
 		if (n == 0) wait();
 		float acc[4];

@@ -87,12 +87,6 @@ struct mbar_waiter {
 	}
 };
 
-// pdl_wait_ready is mma_bulk_spans's default ready: the kernel's
-// lb_pdl_wait.
-struct pdl_wait_ready {
-	__device__ __forceinline__ void operator()() const { lb_pdl_wait(); }
-};
-
 // mma_bulk_spans streams a warp's spans first, first + stride, ... of one
 // row tile (wt: its nc weight tiles, one after the other) through the
 // warp's ring of slots (bar: an mbarrier a slot) and calls use(s, slot,
@@ -109,14 +103,9 @@ struct pdl_wait_ready {
 // land while the kernel before runs (a decode step's o projection, 33.5 MB
 // on Qwen3-8B, then fits in the registers and slots of its blocks); use
 // then gets the first span's fragments as regs (else regs is null).
-//
-// ready is what the warp waits for before it reads the activations: the
-// kernel before (lb_pdl_wait) by default; in a kernel that runs several
-// steps (lb_decode_mlp) the grid barrier before this step, so that the
-// weights of the step after stream while the steps before finish.
-template <bool HOLD1 = false, typename Use, typename Ready = pdl_wait_ready>
+template <bool HOLD1 = false, typename Use>
 __device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uint4 *wt, int nc, int first,
-                                               int stride, int ring, Use use, Ready ready = Ready()) {
+                                               int stride, int ring, Use use) {
 	int lane = threadIdx.x & 31, spans = (nc + MMA_SPAN - 1) / MMA_SPAN;
 	int mine = first < spans ? (spans - 1 - first) / stride + 1 : 0;
 	auto issue = [&](int k) {
@@ -137,7 +126,7 @@ __device__ __forceinline__ void mma_bulk_spans(uint4 *slots, u64 *bar, const uin
 		if (lane == 0) issue(1);
 		k0 = 1;
 	}
-	ready();
+	lb_pdl_wait();
 	// The first span is in registers: no wait. (Waiting on phase 0's
 	// parity again would wait for phase 2 once the second span has landed:
 	// a parity names the last two phases only.)
@@ -245,21 +234,21 @@ __device__ __forceinline__ void mma_gemv_span_rms(float *part, const uint4 *slot
 	mma_part_put(part, acc, s, 1, 0, lane);
 }
 
-// mma_gemv_bulk_tile is lb_mma_gemv_bulk's body for row tile m of y, w
-// and out (one weight) and the gpb token groups from group n0 (of gpb
-// a block), on TERMS terms of the activations (3, or 1: hi alone,
-// lb_mma_gemv_bulk1), with the block's dynamic shared memory smem and its
-// mbarriers bars; with RMS, on the RMS input ri instead of xs (one token
-// group, BF16). ready and CG: mma_bulk_spans's and mma_gemv_span's; HOLD
-// false keeps the first span in its slot (no HOLD1).
-template <int TERMS, bool RMS = false, bool CG = false, bool HOLD = true, typename Ready = pdl_wait_ready>
-__device__ __forceinline__ void mma_gemv_bulk_tile(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y,
-                                                   const uint4 *w, int out, int m, const uint2 *xs, int T, int in,
-                                                   int n0, int gpb, int ring, int acc, float *sums, rms_in *ri = 0,
-                                                   Ready ready = Ready()) {
+// mma_gemv_bulk is lb_mma_gemv_bulk's body on TERMS terms of the
+// activations (3, or 1: hi alone, lb_mma_gemv_bulk1), with the block's
+// dynamic shared memory smem and its mbarriers bars; with RMS, on the RMS
+// input ri instead of xs (one token group, BF16).
+template <int TERMS, bool RMS = false>
+__device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
+                                              int out0, float *y1, const uint4 *w1, int out1, float *y2,
+                                              const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
+                                              int ring, int acc, float *sums, rms_in *ri = 0) {
 	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN;
-	int ng = min(gpb, (T + 7) / 8 - n0);
+	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x, out;
+	float *y;
+	const uint4 *w;
+	mma_pick(&m, 16, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
+	int n0 = blockIdx.y * gpb, ng = min(gpb, (T + 7) / 8 - n0);
 	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
 	// After the spans' sums: with RMS the warps' stages, with sums the new y
 	// (gpb · 128 floats).
@@ -274,36 +263,19 @@ __device__ __forceinline__ void mma_gemv_bulk_tile(uint4 *smem, u64 (*bars)[MMA_
 	// spans: wi, wi + nw, ...
 	// The first span held in registers on BF16 activations only: three
 	// terms' 48 activation fragments leave no room for it.
-	mma_bulk_spans<TERMS == 1 && HOLD>(
-	    smem + wi * ring * MMA_SPAN * 32, bars[wi], w + (i64)m * nc * 32, nc, wi, nw, ring,
-	    [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
-		    if (RMS)
-			    mma_gemv_span_rms(part, slot, *ri, stage, nc, s, T, lane, wait, regs);
-		    else
-			    mma_gemv_span<false, TERMS, CG>(part, slot, xs, nc, s, n0, ng, T, lane, wait, regs);
-	    },
-	    ready);
+	mma_bulk_spans<TERMS == 1>(smem + wi * ring * MMA_SPAN * 32, bars[wi], w + (i64)m * nc * 32, nc, wi, nw, ring,
+	                           [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
+		                           if (RMS)
+			                           mma_gemv_span_rms(part, slot, *ri, stage, nc, s, T, lane, wait, regs);
+		                           else
+			                           mma_gemv_span<false, TERMS>(part, slot, xs, nc, s, n0, ng, T, lane, wait, regs);
+	                           });
 	__syncthreads();
 	mma_gemv_add(y, part, m, out, n0, ng, spans, T, acc, acc ? held : 0, sums ? rows : 0);
 	if (sums) {
 		__syncthreads();
 		mma_gemv_sums(sums, rows, m, out, n0, ng, T);
 	}
-}
-
-// mma_gemv_bulk is lb_mma_gemv_bulk's body: block (blockIdx.x, blockIdx.y)
-// takes its row tile of up to three weights (mma_pick) and its token
-// groups.
-template <int TERMS, bool RMS = false>
-__device__ __forceinline__ void mma_gemv_bulk(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], float *y0, const uint4 *w0,
-                                              int out0, float *y1, const uint4 *w1, int out1, float *y2,
-                                              const uint4 *w2, int out2, const uint2 *xs, int T, int in, int gpb,
-                                              int ring, int acc, float *sums, rms_in *ri = 0) {
-	int m = blockIdx.x, out;
-	float *y;
-	const uint4 *w;
-	mma_pick(&m, 16, &y, &w, &out, y0, w0, out0, y1, w1, out1, y2, w2, out2);
-	mma_gemv_bulk_tile<TERMS, RMS>(smem, bars, y, w, out, m, xs, T, in, blockIdx.y * gpb, gpb, ring, acc, sums, ri);
 }
 
 // lb_mma_gemv_bulk: blocks of nw = blockDim.x / 32 ≤ MMA_BULK_WARPS warps;
@@ -355,40 +327,6 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
 	mma_gemv_bulk<1, true>(smem, bars, y0, w0, out0, y1, w1, out1, y2, w2, out2, 0, T, in, 1, ring, 0, 0, &ri);
 }
 
-// mma_silu_tile is lb_mma_gemv_bulk1_silu's body for row tile m; ready
-// and CG: mma_bulk_spans's and mma_gemv_span's; HOLD: as
-// mma_gemv_bulk_tile's.
-template <bool CG = false, bool HOLD = true, typename Ready = pdl_wait_ready>
-__device__ __forceinline__ void mma_silu_tile(uint4 *smem, u64 (*bars)[MMA_BULK_RING_MAX], u32 *xo, const uint4 *wg,
-                                              const uint4 *wu, int out, int nco, int nto, const uint2 *xs, int T,
-                                              int in, int ring, int m, Ready ready = Ready()) {
-	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5, hw = nw >> 1;
-	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN;
-	int up = wi >= hw, hi = wi - up * hw; // which weight, and the warp's place among its half
-	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
-	mma_bulk_spans<HOLD>(
-	    smem + wi * ring * MMA_SPAN * 32, bars[wi], (up ? wu : wg) + (i64)m * nc * 32, nc, hi, hw, ring,
-	    [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
-		    mma_gemv_span<false, 1, CG>(part + up * spans * 128, slot, xs, nc, s, 0, 1, T, lane, wait, regs);
-	    },
-	    ready);
-	__syncthreads();
-	// Thread i: rows 16m + r, r + 1 (r even) of token tk.
-	for (int i = threadIdx.x; i < 64; i += blockDim.x) {
-		int r = (i >> 3) * 2, tk = i & 7;
-		if (tk >= T) continue;
-		float v[2];
-#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			float g = 0.0f, u = 0.0f;
-			for (int s = 0; s < spans; s++) g += part[(s * 16 + r + e) * 8 + tk];
-			for (int s = 0; s < spans; s++) u += part[((spans + s) * 16 + r + e) * 8 + tk];
-			v[e] = 16 * m + r + e < out ? lb_silu_mul1(g, u) : 0.0f;
-		}
-		mma_put_terms(xo, nco, tk, 16 * m + r, v[0], v[1], nto);
-	}
-}
-
 // lb_mma_gemv_bulk1_silu: a decode step's gate and up GEMVs on BF16 terms
 // (one token group: up to 8 tokens) with SiLU-mul as their epilogue,
 // writing silu(gate)·up as the down projection's terms (xo: nco column
@@ -414,7 +352,29 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_BULK_WARPS, 2)
                            int T, int in, int ring) {
 	extern __shared__ uint4 smem[];
 	__shared__ u64 bars[MMA_BULK_WARPS][MMA_BULK_RING_MAX];
-	mma_silu_tile(smem, bars, xo, wg, wu, out, nco, nto, xs, T, in, ring, blockIdx.x);
+	int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5, hw = nw >> 1;
+	int nc = (in + 15) / 16, spans = (nc + MMA_SPAN - 1) / MMA_SPAN, m = blockIdx.x;
+	int up = wi >= hw, hi = wi - up * hw; // which weight, and the warp's place among its half
+	float *part = (float *)(smem + nw * ring * MMA_SPAN * 32);
+	mma_bulk_spans<true>(smem + wi * ring * MMA_SPAN * 32, bars[wi], (up ? wu : wg) + (i64)m * nc * 32, nc, hi, hw, ring,
+	                     [&](int s, const uint4 *slot, mbar_waiter wait, const uint4 *regs) {
+		                     mma_gemv_span<false, 1>(part + up * spans * 128, slot, xs, nc, s, 0, 1, T, lane, wait, regs);
+	                     });
+	__syncthreads();
+	// Thread i: rows 16m + r, r + 1 (r even) of token tk.
+	for (int i = threadIdx.x; i < 64; i += blockDim.x) {
+		int r = (i >> 3) * 2, tk = i & 7;
+		if (tk >= T) continue;
+		float v[2];
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			float g = 0.0f, u = 0.0f;
+			for (int s = 0; s < spans; s++) g += part[(s * 16 + r + e) * 8 + tk];
+			for (int s = 0; s < spans; s++) u += part[((spans + s) * 16 + r + e) * 8 + tk];
+			v[e] = 16 * m + r + e < out ? lb_silu_mul1(g, u) : 0.0f;
+		}
+		mma_put_terms(xo, nco, tk, 16 * m + r, v[0], v[1], nto);
+	}
 }
 
 // lb_mma_gemv_tiles1_m2 and _m4: the GEMV of
