@@ -44,7 +44,8 @@ var benchKVs = []struct {
 //
 // The roofline takes the higher of the bandwidth probe before the formats
 // and one after each run's steps (mem-GB/s, mem-after-GB/s: their spread
-// says how steady the machine was). Each format runs twice, one right
+// says how steady the machine was); of-roofline-paired takes probes and
+// steps in alternation instead (pairedRatio). Each format runs twice, one right
 // after the other: "mmap", the default load (weights are views of the
 // mapped checkpoint), and "no-mmap", LoadOptions.NoMmap (weights copied
 // into huge-page memory); -bench 'BenchmarkDecode/.*/mmap' runs the first
@@ -175,6 +176,7 @@ func benchDecode(b *testing.B, dir string, opts LoadOptions, kv kernels.KVDType,
 	after := benchBandwidth()
 	b.ReportMetric(after/1e9, "mem-after-GB/s")
 	decode := float64(b.N) / elapsed.Seconds()
+	b.ReportMetric(st.pairedRatio(b), "of-roofline-paired")
 	// Bytes read per step: the weights once, and K and V of the average
 	// context of the steps.
 	perToken := float64(st.m.WeightBytes()) + float64(st.m.KVBlockBytes(1, kv))*(benchPrompt+float64(b.N+1)/2)
@@ -211,6 +213,44 @@ func (st *benchState) warmSteps(b *testing.B, n int) {
 		tok = argmax(logits)
 	}
 }
+
+// pairedRatio returns the median, over benchPairRounds rounds, of the
+// ratio of decode to the roofline within a round: a bandwidth probe of
+// 256 MiB, benchPairSteps steps from benchPrompt (positions the timed
+// steps have written before), a second probe, the roofline from the two
+// probes' mean. On the Zen 5 VM the probe swings between about 30 and 80
+// GB/s from one minute to the next (BENCHMARKS.md), so of-roofline, the
+// steps against the better of two probes taken tens of seconds apart,
+// moves with the neighbours' traffic; a round compares steps with the
+// bandwidth of the same fraction of a second.
+func (st *benchState) pairedRatio(b *testing.B) float64 {
+	perToken := float64(st.m.WeightBytes()) + float64(st.m.KVBlockBytes(1, st.seq.dtype))*(benchPrompt+float64(benchPairSteps+1)/2)
+	ratios := make([]float64, benchPairRounds)
+	for r := range ratios {
+		before := cpuOps.ops.MemoryBandwidth(256 << 20)
+		st.seq.Truncate(benchPrompt)
+		tok := st.next
+		t0 := time.Now()
+		for range benchPairSteps {
+			logits, err := st.m.ForwardWith(st.seq, []int{tok}, ForwardOptions{LastOnly: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tok = argmax(logits)
+		}
+		rate := benchPairSteps / time.Since(t0).Seconds()
+		bw := (before + cpuOps.ops.MemoryBandwidth(256<<20)) / 2
+		ratios[r] = rate / (bw / perToken)
+	}
+	slices.Sort(ratios)
+	return ratios[len(ratios)/2]
+}
+
+// The rounds and steps of pairedRatio.
+const (
+	benchPairRounds = 9
+	benchPairSteps  = 4
+)
 
 // timedSteps is decodeSteps without the untimed pass.
 func (st *benchState) timedSteps(b *testing.B) (elapsed, median time.Duration) {
