@@ -177,9 +177,7 @@ func benchDecode(b *testing.B, dir string, opts LoadOptions, kv kernels.KVDType,
 	b.ReportMetric(after/1e9, "mem-after-GB/s")
 	decode := float64(b.N) / elapsed.Seconds()
 	b.ReportMetric(st.pairedRatio(b), "of-roofline-paired")
-	// Bytes read per step: the weights once, and K and V of the average
-	// context of the steps.
-	perToken := float64(st.m.WeightBytes()) + float64(st.m.KVBlockBytes(1, kv))*(benchPrompt+float64(b.N+1)/2)
+	perToken := st.bytesPerToken(b.N)
 	roofline := max(bandwidth, after) / perToken
 	b.ReportMetric(decode, "tok/s")
 	b.ReportMetric(benchPrompt/st.prefill.Seconds(), "prefill-tok/s")
@@ -206,12 +204,24 @@ func (st *benchState) decodeSteps(b *testing.B) (elapsed, median time.Duration) 
 func (st *benchState) warmSteps(b *testing.B, n int) {
 	st.seq.Truncate(benchPrompt)
 	for tok, i := st.next, 0; i < n; i++ {
-		logits, err := st.m.ForwardWith(st.seq, []int{tok}, ForwardOptions{LastOnly: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		tok = argmax(logits)
+		tok = st.step(b, tok)
 	}
+}
+
+// step decodes tok at the sequence's end and returns the greedy next one.
+func (st *benchState) step(b *testing.B, tok int) int {
+	logits, err := st.m.ForwardWith(st.seq, []int{tok}, ForwardOptions{LastOnly: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return argmax(logits)
+}
+
+// bytesPerToken is what a decode step reads, over n steps from
+// benchPrompt: the weights once, and K and V of the steps' average
+// context.
+func (st *benchState) bytesPerToken(n int) float64 {
+	return float64(st.m.WeightBytes()) + float64(st.m.KVBlockBytes(1, st.seq.dtype))*(benchPrompt+float64(n+1)/2)
 }
 
 // pairedRatio returns the median, over benchPairRounds rounds, of the
@@ -224,7 +234,7 @@ func (st *benchState) warmSteps(b *testing.B, n int) {
 // moves with the neighbours' traffic; a round compares steps with the
 // bandwidth of the same fraction of a second.
 func (st *benchState) pairedRatio(b *testing.B) float64 {
-	perToken := float64(st.m.WeightBytes()) + float64(st.m.KVBlockBytes(1, st.seq.dtype))*(benchPrompt+float64(benchPairSteps+1)/2)
+	perToken := st.bytesPerToken(benchPairSteps)
 	ratios := make([]float64, benchPairRounds)
 	for r := range ratios {
 		before := cpuOps.ops.MemoryBandwidth(256 << 20)
@@ -232,11 +242,7 @@ func (st *benchState) pairedRatio(b *testing.B) float64 {
 		tok := st.next
 		t0 := time.Now()
 		for range benchPairSteps {
-			logits, err := st.m.ForwardWith(st.seq, []int{tok}, ForwardOptions{LastOnly: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			tok = argmax(logits)
+			tok = st.step(b, tok)
 		}
 		rate := benchPairSteps / time.Since(t0).Seconds()
 		bw := (before + cpuOps.ops.MemoryBandwidth(256<<20)) / 2
@@ -261,11 +267,7 @@ func (st *benchState) timedSteps(b *testing.B) (elapsed, median time.Duration) {
 	t0 := time.Now()
 	for i := range b.N {
 		ts := time.Now()
-		logits, err := st.m.ForwardWith(st.seq, []int{tok}, ForwardOptions{LastOnly: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		tok = argmax(logits)
+		tok = st.step(b, tok)
 		steps[i] = time.Since(ts)
 	}
 	elapsed = time.Since(t0)

@@ -173,8 +173,7 @@ func (e *CUDAExecutor) layersTerms(k *cuda.K, T int, bt *cuda.Batch, scale float
 	// norm runs RMSNorm(x) (of x + h unless the projection before added
 	// into x: added; a zero h adds nothing) into the terms it returns
 	// (RMSNormTerms over several blocks where x holds the sum already, or
-	// nothing is added: layer 0's input, the embedding, whose norm on one
-	// block took 6.1 µs of a Qwen3-8B step).
+	// nothing is added: layer 0's input, the embedding).
 	norm := func(added bool, h, w cuda.Buf) (cuda.Terms, error) {
 		return terms(d.hidden, func(t cuda.Terms) error {
 			if added || h.Bytes() == 0 {
