@@ -72,15 +72,12 @@ int64_t lb_tasks(const lb_ctx *c, double work, int64_t max_tasks);
 #define LB_MM_T 4
 #define LB_MM_TOKEN_BLOCK 64
 
-// How many tiles ahead a tile prefetches the weights it will stream (see
-// lb_prefetch): at one tile ahead (8 KiB of BF16 rows of 1,024) the lines
-// came too late. Measured on the 2-core VM (BENCHMARKS.md, 2026-12-01
-// night), Qwen3-0.6B decode with --no-mmap, medians of 4 alternating runs
-// of the roofline, one tile ahead against the value here: BF16 0.696
-// against 0.773 (2 tiles: 16 KiB ahead), FP8 0.604 against 0.663 (3: 12
-// KiB). NVFP4 (2 KiB tiles) measured no gain at 2 to 8 and stays at 1.
-#define LB_MM_AHEAD_BF16 2
-#define LB_MM_AHEAD_FP8 3
+// How many tiles ahead the NVFP4 tiles of the generic and AVX2 paths
+// prefetch the weights they will stream (lb_prefetch); measured on the
+// 2-core VM (BENCHMARKS.md, 2026-12-01 night): no gain at 2 to 8. The BF16,
+// FP8 and AVX-512 NVFP4 tiles ask for no later tile: on the Zen 5 VM of
+// 2026-12-03 the hardware prefetchers alone streamed a decode step's GEMVs
+// 8-25% faster (matmul_bf16.c, matmul_fp8.c, matmul_nvfp4.c).
 #define LB_MM_AHEAD_NVFP4 1
 
 // lb_mm is one matmul after activation preparation:
@@ -148,13 +145,10 @@ void lb_nvfp4_xt(float *xt, const float *x, int64_t T, int64_t in);
 	}
 
 // lb_prefetch asks for the cache line at p, into L1 (lb_prefetch) or L2
-// (lb_prefetch_l2). The tiles use it to stream a later tile's weights
-// (LB_MM_R rows, contiguous in memory, LB_MM_AHEAD_* tiles on) while they
-// compute on this one: rows of a few KiB are too short for the hardware
-// prefetchers to lock on.
-// BF16 tiles, twice as large as FP8 ones, go to L2 so as not to evict the
-// current tile from L1 (measured: 24 vs 17 GB/s a core). It never faults,
-// past the end of the weight included.
+// (lb_prefetch_l2): the AVX-512 FP8 and NVFP4 tiles for their own rows a
+// little ahead, the generic and AVX2 NVFP4 tiles for a later tile, the
+// attention for the next positions' rows. It never faults, past the end of
+// a weight included.
 #define lb_prefetch(p) __builtin_prefetch((const void *)(p), 0, 3)
 #define lb_prefetch_l2(p) __builtin_prefetch((const void *)(p), 0, 2)
 

@@ -19,9 +19,12 @@
 // lanes are then summed pairwise (halves first). L is 16 for _avx512 (a
 // masked load covers in mod 16), 8 for _avx2 and 8 for _generic (scalar
 // lane arrays that the compiler vectorizes). The order depends only on in,
-// so tokens give bit-identical results alone or together. While a tile
-// computes, it prefetches the rows of the tile LB_MM_AHEAD_BF16 on
-// (lb_prefetch_l2).
+// so tokens give bit-identical results alone or together. The tiles leave
+// streaming to the hardware prefetchers: on the Zen 5 VM of 2026-12-03,
+// asking for the tile two on in software (as every session before had)
+// took a Qwen3-0.6B step's BF16 GEMVs from 0.87-0.96 of the bandwidth
+// probe down to 0.78-0.80 (AVX2: 0.79 to 0.62; C calls of lb_matmul in a
+// decode step's order, interleaved; BENCHMARKS.md).
 //
 // AVX512_BF16's vdpbf16ps is not used: it would round the float32
 // activations to BF16, far outside the contract's float32 tolerance.
@@ -43,12 +46,10 @@ LB_INLINE void bf16_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t rs, 
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0) * rs) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
-	const uint8_t *next = m->w + 2 * (o + LB_MM_AHEAD_BF16 * LB_MM_R) * in;
 	float acc[LB_MM_T][LB_MM_R][8];
 	memset(acc, 0, sizeof acc);
 	int64_t i = 0;
 	for (; i + 8 <= in; i += 8) {
-		lb_prefetch_l2(next + 8 * i);
 		float wv[LB_MM_R][8];
 		for (int r = 0; r < LB_MM_R; r++)
 			for (int l = 0; l < 8; l++) wv[r][l] = bf16_to_f32(w[r] + 2 * (i + l));
@@ -78,14 +79,11 @@ LB_INLINE LB_AVX512 void bf16_tile_avx512(const lb_mm *m, int64_t o, int nr, int
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0) * rs) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
-	const uint8_t *next = m->w + 2 * (o + LB_MM_AHEAD_BF16 * LB_MM_R) * in;
 	__m512 acc[LB_MM_T][LB_MM_R], wv[LB_MM_R];
 	for (int j = 0; j < nt; j++)
 		for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm512_setzero_ps();
 	int64_t i = 0;
 	for (; i + 16 <= in; i += 16) {
-		lb_prefetch_l2(next + 8 * i);
-		lb_prefetch_l2(next + 8 * i + 64);
 		for (int r = 0; r < LB_MM_R; r++) wv[r] = bf16x16_avx512(_mm256_loadu_si256((const __m256i *)(w[r] + 2 * i)));
 		for (int j = 0; j < nt; j++) {
 			__m512 xv = _mm512_loadu_ps(x[j] + i);
@@ -116,13 +114,11 @@ LB_INLINE LB_AVX2 void bf16_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + 2 * (o + (r < nr ? r : 0) * rs) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
-	const uint8_t *next = m->w + 2 * (o + LB_MM_AHEAD_BF16 * LB_MM_R) * in;
 	__m256 acc[LB_MM_T][LB_MM_R], wv[LB_MM_R];
 	for (int j = 0; j < nt; j++)
 		for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm256_setzero_ps();
 	int64_t i = 0;
 	for (; i + 8 <= in; i += 8) {
-		lb_prefetch_l2(next + 8 * i);
 		for (int r = 0; r < LB_MM_R; r++) wv[r] = bf16x8_avx2(_mm_loadu_si128((const __m128i *)(w[r] + 2 * i)));
 		for (int j = 0; j < nt; j++) {
 			__m256 xv = _mm256_loadu_ps(x[j] + i);

@@ -100,10 +100,8 @@ LB_INLINE int64_t fp8_scales(const lb_mm *m, int64_t o, int nr, int64_t rs, cons
 // into acc times the chunk's scale.
 
 LB_INLINE void fp8_span_generic(float acc[LB_MM_T][LB_MM_R][8], const uint8_t *const w[LB_MM_R],
-                                const float *const x[LB_MM_T], const uint8_t *next, int64_t i, int64_t end,
-                                const int nt) {
+                                const float *const x[LB_MM_T], int64_t i, int64_t end, const int nt) {
 	for (; i + 8 <= end; i += 8) {
-		lb_prefetch(next + 4 * i);
 		float wv[LB_MM_R][8];
 		for (int r = 0; r < LB_MM_R; r++)
 			for (int l = 0; l < 8; l++) wv[r][l] = e4m3_table[w[r][i + l]];
@@ -124,7 +122,6 @@ LB_INLINE void fp8_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t rs, i
 	const float *sp[LB_MM_R];
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0) * rs) * in;
 	int64_t step = fp8_scales(m, o, nr, rs, sp);
-	const uint8_t *next = m->w + (o + LB_MM_AHEAD_FP8 * LB_MM_R) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
 	float acc[LB_MM_T][LB_MM_R][8];
@@ -133,13 +130,13 @@ LB_INLINE void fp8_tile_generic(const lb_mm *m, int64_t o, int nr, int64_t rs, i
 		for (int64_t c = 0, i = 0; i < in; c++, i += 128) {
 			float part[LB_MM_T][LB_MM_R][8];
 			memset(part, 0, sizeof part);
-			fp8_span_generic(part, w, x, next, i, i + 128 < in ? i + 128 : in, nt);
+			fp8_span_generic(part, w, x, i, i + 128 < in ? i + 128 : in, nt);
 			for (int j = 0; j < nt; j++)
 				for (int r = 0; r < LB_MM_R; r++)
 					for (int l = 0; l < 8; l++) acc[j][r][l] += part[j][r][l] * sp[r][c];
 		}
 	} else {
-		fp8_span_generic(acc, w, x, next, 0, in, nt);
+		fp8_span_generic(acc, w, x, 0, in, nt);
 	}
 	for (int j = 0; j < nt; j++)
 		for (int r = 0; r < nr; r++) lb_mm_store(m, t + j, o + r * rs, lb_hsum8(acc[j][r]) * (step ? 1.0f : *sp[r]));
@@ -149,11 +146,9 @@ LB_MM_ROWS(fp8_rows_generic, , fp8_tile_generic, LB_MM_T)
 
 #ifdef LB_X86
 LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
-                                         const float *const x[LB_MM_T], const uint8_t *next, int64_t i,
-                                         int64_t end, const int nt) {
+                                         const float *const x[LB_MM_T], int64_t i, int64_t end, const int nt) {
 	__m512 wv[LB_MM_R];
 	for (; i + 16 <= end; i += 16) {
-		lb_prefetch(next + 4 * i);
 		for (int r = 0; r < LB_MM_R; r++) wv[r] = lb_e4m3x16_avx512(_mm_loadu_si128((const __m128i *)(w[r] + i)));
 		for (int j = 0; j < nt; j++) {
 			__m512 xv = _mm512_loadu_ps(x[j] + i);
@@ -179,7 +174,6 @@ LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uin
 		const float *sp[LB_MM_R];                                                                          \
 		for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0) * rs) * in;                      \
 		int64_t step = fp8_scales(m, o, nr, rs, sp);                                                           \
-		const uint8_t *next = m->w + (o + LB_MM_AHEAD_FP8 * LB_MM_R) * in;                                                   \
 		const float *x[LB_MM_T];                                                                           \
 		for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;                                           \
 		__m512 acc[LB_MM_T][LB_MM_R];                                                                      \
@@ -190,14 +184,14 @@ LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uin
 				__m512 part[LB_MM_T][LB_MM_R];                                                     \
 				for (int j = 0; j < nt; j++)                                                       \
 					for (int r = 0; r < LB_MM_R; r++) part[j][r] = _mm512_setzero_ps();        \
-				span(part, w, x, next, i, i + 128 < in ? i + 128 : in, nt);                        \
+				span(part, w, x, i, i + 128 < in ? i + 128 : in, nt);                        \
 				for (int r = 0; r < LB_MM_R; r++) {                                                \
 					__m512 sc = _mm512_set1_ps(sp[r][c] * 256.0f);                             \
 					for (int j = 0; j < nt; j++) acc[j][r] = _mm512_fmadd_ps(part[j][r], sc, acc[j][r]); \
 				}                                                                                  \
 			}                                                                                          \
 		} else {                                                                                           \
-			span(acc, w, x, next, 0, in, nt);                                                          \
+			span(acc, w, x, 0, in, nt);                                                          \
 		}                                                                                                  \
 		for (int j = 0; j < nt; j++)                                                                       \
 			for (int r = 0; r < nr; r++)                                                               \
@@ -224,18 +218,18 @@ static const uint8_t e4m3_bf16_perm[64] __attribute__((aligned(64))) = {
     42, 58, 43, 59, 12, 28, 13, 29, 14, 30, 15, 31, 44, 60, 45, 61, 46, 62, 47, 63};
 
 LB_INLINE LB_AVX512VBMI void fp8_span_avx512vbmi(__m512 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
-                                                 const float *const x[LB_MM_T], const uint8_t *next, int64_t i,
-                                                 int64_t end, const int nt) {
+                                                 const float *const x[LB_MM_T], int64_t i, int64_t end,
+                                                 const int nt) {
 	const __m512i th0 = _mm512_load_si512(e4m3_bf16_hi), th1 = _mm512_load_si512(e4m3_bf16_hi + 64);
 	const __m512i tl0 = _mm512_load_si512(e4m3_bf16_lo), tl1 = _mm512_load_si512(e4m3_bf16_lo + 64);
 	const __m512i perm = _mm512_load_si512(e4m3_bf16_perm);
 	const __m512i sign = _mm512_set1_epi8((char)0x80), high = _mm512_set1_epi32((int)0xFFFF0000u);
 	for (; i + 64 <= end; i += 64) {
-		// A later tile (LB_MM_AHEAD_FP8 on) into L2 and these rows' codes 1
-		// KiB ahead into L1: with the next tile so, from huge pages, 2
-		// threads streamed 1024x3072 at 25.2 GB/s, at 21.5-21.7 with the
-		// next tile into L1 alone (C calls of lb_matmul).
-		for (int k = 0; k < 4; k++) lb_prefetch_l2(next + 4 * i + 64 * k);
+		// These rows' codes 1 KiB ahead into L1; the hardware prefetchers
+		// bring them from memory. On the Zen 5 VM of 2026-12-03 (C calls
+		// of lb_matmul in a decode step's order, interleaved), without the
+		// L1 prefetch 0.68 of the bandwidth probe, with it 0.75-0.80, and
+		// 0.64-0.68 when the tile LB_MM_R rows on was also asked into L2.
 		for (int r = 0; r < LB_MM_R; r++) lb_prefetch(w[r] + i + 1024);
 		for (int r = 0; r < LB_MM_R; r++) {
 			__m512i p = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(w[r] + i));
@@ -252,7 +246,7 @@ LB_INLINE LB_AVX512VBMI void fp8_span_avx512vbmi(__m512 acc[LB_MM_T][LB_MM_R], c
 					acc[j][r] = _mm512_fmadd_ps(_mm512_loadu_ps(x[j] + i + 16 * k), f[k], acc[j][r]);
 		}
 	}
-	fp8_span_avx512(acc, w, x, next, i, end, nt);
+	fp8_span_avx512(acc, w, x, i, end, nt);
 }
 
 FP8_TILE_AVX512(fp8_tile_avx512vbmi, LB_AVX512VBMI, fp8_span_avx512vbmi)
@@ -266,11 +260,9 @@ LB_INLINE LB_AVX2 __m256 e4m3x8_avx2(__m128i b) {
 }
 
 LB_INLINE LB_AVX2 void fp8_span_avx2(__m256 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
-                                     const float *const x[LB_MM_T], const uint8_t *next, int64_t i, int64_t end,
-                                     const int nt) {
+                                     const float *const x[LB_MM_T], int64_t i, int64_t end, const int nt) {
 	__m256 wv[LB_MM_R];
 	for (; i + 8 <= end; i += 8) {
-		lb_prefetch(next + 4 * i);
 		for (int r = 0; r < LB_MM_R; r++) wv[r] = e4m3x8_avx2(_mm_loadl_epi64((const __m128i *)(w[r] + i)));
 		for (int j = 0; j < nt; j++) {
 			__m256 xv = _mm256_loadu_ps(x[j] + i);
@@ -297,7 +289,6 @@ LB_INLINE LB_AVX2 void fp8_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t 
 	const float *sp[LB_MM_R];
 	for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0) * rs) * in;
 	int64_t step = fp8_scales(m, o, nr, rs, sp);
-	const uint8_t *next = m->w + (o + LB_MM_AHEAD_FP8 * LB_MM_R) * in;
 	const float *x[LB_MM_T];
 	for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;
 	__m256 acc[LB_MM_T][LB_MM_R];
@@ -308,14 +299,14 @@ LB_INLINE LB_AVX2 void fp8_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t 
 			__m256 part[LB_MM_T][LB_MM_R];
 			for (int j = 0; j < nt; j++)
 				for (int r = 0; r < LB_MM_R; r++) part[j][r] = _mm256_setzero_ps();
-			fp8_span_avx2(part, w, x, next, i, i + 128 < in ? i + 128 : in, nt);
+			fp8_span_avx2(part, w, x, i, i + 128 < in ? i + 128 : in, nt);
 			for (int r = 0; r < LB_MM_R; r++) {
 				__m256 sc = _mm256_set1_ps(sp[r][c] * 256.0f);
 				for (int j = 0; j < nt; j++) acc[j][r] = _mm256_fmadd_ps(part[j][r], sc, acc[j][r]);
 			}
 		}
 	} else {
-		fp8_span_avx2(acc, w, x, next, 0, in, nt);
+		fp8_span_avx2(acc, w, x, 0, in, nt);
 	}
 	for (int j = 0; j < nt; j++)
 		for (int r = 0; r < nr; r++)
