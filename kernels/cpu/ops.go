@@ -11,7 +11,10 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/lowbit-ai/lowbit/kernels"
@@ -23,10 +26,11 @@ var isaNames = [...]string{C.LB_ISA_GENERIC: "generic", C.LB_ISA_AVX2: "avx2", C
 // Ops is the C implementation of [kernels.Ops] for one code path. Its
 // methods panic after [Ops.Close].
 type Ops struct {
-	mu      sync.Mutex
-	ctx     *C.lb_ctx
-	name    string
-	threads int
+	mu        sync.Mutex
+	ctx       *C.lb_ctx
+	name      string
+	threads   int
+	lastYield atomic.Int64 // time.Now().UnixNano() of the last yieldToScheduler
 }
 
 var _ kernels.Ops = (*Ops)(nil)
@@ -107,8 +111,24 @@ func (o *Ops) Name() string { return o.name }
 // included.
 func (o *Ops) Threads() int { return o.threads }
 
-// lock takes the mutex of a live Ops; the caller unlocks.
+// yieldInterval is how long a goroutine may call ops back to back before
+// lock yields its P once (runtime.Gosched). Go's sysmon treats a goroutine
+// that has not been rescheduled for 10 ms as running too long, and from
+// then on takes its P away during every cgo call; each return from C then
+// gets an idle P and wakes sysmon, two context switches a call on CPUs the
+// kernels' threads are using. On the 2-core Zen 5 VM a decode step's 113
+// GEMVs called from Go made 250 context switches a step and streamed
+// 49-50 GB/s; yielding once a layer, 28-58 switches and 58 GB/s, as fast as
+// the same GEMVs called from one C function (BENCHMARKS.md, 2026-12-03).
+const yieldInterval = time.Millisecond
+
+// lock takes the mutex of a live Ops, first yielding the calling goroutine's
+// P if it has called ops for yieldInterval without one; the caller unlocks.
 func (o *Ops) lock() {
+	if now := time.Now().UnixNano(); now-o.lastYield.Load() > int64(yieldInterval) {
+		o.lastYield.Store(now)
+		runtime.Gosched()
+	}
 	o.mu.Lock()
 	if o.ctx == nil {
 		o.mu.Unlock()
