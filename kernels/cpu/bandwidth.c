@@ -9,8 +9,9 @@
 // reads it once to warm up, then times BW_REPS full read passes and
 // returns bytes / (fastest pass in seconds). A pass hands the 2 MiB chunks
 // to the pool's threads like a matmul hands out weight rows, and each
-// thread XORs every 64-byte line into registers: a read-only stream, the
-// access pattern of a decode GEMV over its weights. With a buffer much
+// thread XORs every 64-byte line into registers, walking BW_STREAMS equal
+// parts of the chunk side by side: read-only streams, the access pattern
+// of a decode GEMV over its weights. With a buffer much
 // larger than the last-level cache (the Go benchmarks use 1 GiB) this is
 // DRAM read bandwidth for this pool's thread count; a buffer that fits in
 // cache measures cache bandwidth instead. Returns 0 when the buffer cannot
@@ -40,41 +41,59 @@ typedef struct {
 	uint64_t *sink; // one cache line per thread
 } bw_job;
 
+// BW_STREAMS is how many parts of its chunk a read task walks through side
+// by side. The decode GEMVs read that way (LB_MM_ROWS: four runs of rows a
+// task), and so do the fastest reads on the Zen 5 VM of 2026-12-03: with 2
+// threads, 1 GiB read as 1 stream a thread gave median passes of 64-71
+// GB/s, 2 to 8 streams a thread 77-90 (81-90 at 4), and 34 against 46-48
+// while other guests loaded the host's memory. A probe slower than the
+// kernels' own pattern would flatter every ratio against it.
+#define BW_STREAMS 4
+
 static uint64_t read_generic(const uint8_t *p, int64_t n) {
-	const uint64_t *q = (const uint64_t *)p;
-	uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-	for (int64_t i = 0; i < n / 8; i += 4) {
-		a0 ^= q[i];
-		a1 ^= q[i + 1];
-		a2 ^= q[i + 2];
-		a3 ^= q[i + 3];
-	}
-	return a0 ^ a1 ^ a2 ^ a3;
+	const int64_t part = n / BW_STREAMS;
+	uint64_t a[BW_STREAMS] = {0};
+	for (int64_t i = 0; i < part; i += 32)
+		for (int s = 0; s < BW_STREAMS; s++) {
+			const uint64_t *q = (const uint64_t *)(p + s * part + i);
+			a[s] ^= q[0] ^ q[1] ^ q[2] ^ q[3];
+		}
+	uint64_t r = 0;
+	for (int s = 0; s < BW_STREAMS; s++) r ^= a[s];
+	return r;
 }
 
 #ifdef LB_X86
 LB_AVX2 static uint64_t read_avx2(const uint8_t *p, int64_t n) {
-	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-	for (int64_t i = 0; i < n; i += 128) {
-		a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
-		a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
-		a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
-		a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
-	}
-	__m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
-	return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+	const int64_t part = n / BW_STREAMS;
+	__m256i a[BW_STREAMS];
+	for (int s = 0; s < BW_STREAMS; s++) a[s] = _mm256_setzero_si256();
+	for (int64_t i = 0; i < part; i += 128)
+		for (int s = 0; s < BW_STREAMS; s++) {
+			const uint8_t *q = p + s * part + i;
+			__m256i v = _mm256_xor_si256(_mm256_load_si256((const __m256i *)q), _mm256_load_si256((const __m256i *)(q + 32)));
+			v = _mm256_xor_si256(v, _mm256_load_si256((const __m256i *)(q + 64)));
+			a[s] = _mm256_xor_si256(a[s], _mm256_xor_si256(v, _mm256_load_si256((const __m256i *)(q + 96))));
+		}
+	__m256i r = a[0];
+	for (int s = 1; s < BW_STREAMS; s++) r = _mm256_xor_si256(r, a[s]);
+	return (uint64_t)_mm256_extract_epi64(r, 0) ^ (uint64_t)_mm256_extract_epi64(r, 3);
 }
 
 LB_AVX512 static uint64_t read_avx512(const uint8_t *p, int64_t n) {
-	__m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-	for (int64_t i = 0; i < n; i += 256) {
-		a0 = _mm512_xor_si512(a0, _mm512_load_si512((const void *)(p + i)));
-		a1 = _mm512_xor_si512(a1, _mm512_load_si512((const void *)(p + i + 64)));
-		a2 = _mm512_xor_si512(a2, _mm512_load_si512((const void *)(p + i + 128)));
-		a3 = _mm512_xor_si512(a3, _mm512_load_si512((const void *)(p + i + 192)));
-	}
-	__m512i a = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
-	return (uint64_t)_mm512_reduce_or_epi64(a);
+	const int64_t part = n / BW_STREAMS;
+	__m512i a[BW_STREAMS];
+	for (int s = 0; s < BW_STREAMS; s++) a[s] = _mm512_setzero_si512();
+	for (int64_t i = 0; i < part; i += 256)
+		for (int s = 0; s < BW_STREAMS; s++) {
+			const uint8_t *q = p + s * part + i;
+			__m512i v = _mm512_xor_si512(_mm512_load_si512((const void *)q), _mm512_load_si512((const void *)(q + 64)));
+			v = _mm512_xor_si512(v, _mm512_load_si512((const void *)(q + 128)));
+			a[s] = _mm512_xor_si512(a[s], _mm512_xor_si512(v, _mm512_load_si512((const void *)(q + 192))));
+		}
+	__m512i r = a[0];
+	for (int s = 1; s < BW_STREAMS; s++) r = _mm512_xor_si512(r, a[s]);
+	return (uint64_t)_mm512_reduce_or_epi64(r);
 }
 #endif
 
