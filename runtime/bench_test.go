@@ -173,7 +173,7 @@ func benchDecode(b *testing.B, dir string, opts LoadOptions, kv kernels.KVDType,
 		prefilled[key] = st
 	}
 	elapsed, median := st.decodeSteps(b)
-	after := benchBandwidth()
+	after := benchBandwidth(1 << 30)
 	b.ReportMetric(after/1e9, "mem-after-GB/s")
 	decode := float64(b.N) / elapsed.Seconds()
 	b.ReportMetric(st.pairedRatio(b), "of-roofline-paired")
@@ -237,7 +237,7 @@ func (st *benchState) pairedRatio(b *testing.B) float64 {
 	perToken := st.bytesPerToken(benchPairSteps)
 	ratios := make([]float64, benchPairRounds)
 	for r := range ratios {
-		before := cpuOps.ops.MemoryBandwidth(256 << 20)
+		before := benchBandwidth(256 << 20)
 		st.seq.Truncate(benchPrompt)
 		tok := st.next
 		t0 := time.Now()
@@ -245,7 +245,7 @@ func (st *benchState) pairedRatio(b *testing.B) float64 {
 			tok = st.step(b, tok)
 		}
 		rate := benchPairSteps / time.Since(t0).Seconds()
-		bw := (before + cpuOps.ops.MemoryBandwidth(256<<20)) / 2
+		bw := (before + benchBandwidth(256<<20)) / 2
 		ratios[r] = rate / (bw / perToken)
 	}
 	slices.Sort(ratios)
