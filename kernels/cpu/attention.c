@@ -82,9 +82,10 @@
 // prefetches queued for the line fill buffers. 16 lines (1 KiB: a whole
 // E4M3 row at that shape, half a BF16 one): on the Zen 5 VM of 2026-12-03
 // (BenchmarkAttentionDecode at 272 positions from memory, alternating
-// builds) E4M3 went from 146-150 µs a call to 79-81 and BF16 from 129-137
-// to 101-112 against 8 lines, float32 unchanged; whole rows, or 6 to 16
-// positions ahead, made float32 10-25% slower.
+// builds) the quietest of three rounds took E4M3 from 146-150 µs a call to
+// 79-81 and BF16 from 129-137 to 101-112 against 8 lines, float32
+// unchanged; the two noisier rounds overlap (BENCHMARKS.md). Whole rows, or
+// 6 to 16 positions ahead, made float32 10-25% slower.
 #define LB_ATT_PREFETCH 3
 #define LB_ATT_PREFETCH_LINES 16
 // Tasks per thread the whole mode needs, at least, to be chosen.

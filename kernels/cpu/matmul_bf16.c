@@ -21,10 +21,10 @@
 // lane arrays that the compiler vectorizes). The order depends only on in,
 // so tokens give bit-identical results alone or together. The tiles leave
 // streaming to the hardware prefetchers: on the Zen 5 VM of 2026-12-03,
-// asking for the tile two on in software (as every session before had)
-// took a Qwen3-0.6B step's BF16 GEMVs from 0.87-0.96 of the bandwidth
-// probe down to 0.78-0.80 (AVX2: 0.79 to 0.62; C calls of lb_matmul in a
-// decode step's order, interleaved; BENCHMARKS.md).
+// asking for the tile two on in software as well took a Qwen3-0.6B step's
+// BF16 GEMVs from 0.73-0.96 of the bandwidth probe down to 0.63-0.80 (AVX2:
+// 0.79 to 0.62; C calls of lb_matmul in a decode step's order, variants
+// interleaved step by step; BENCHMARKS.md).
 //
 // AVX512_BF16's vdpbf16ps is not used: it would round the float32
 // activations to BF16, far outside the contract's float32 tolerance.

@@ -188,11 +188,12 @@ LB_INLINE LB_AVX512 void nvfp4_tile_avx512(const lb_mm *m, int64_t o, int nr, in
 		for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm512_setzero_ps();
 	int64_t i = 0;
 	for (; i < chunks; i += 128) {
-		// These rows' codes 1 KiB of weights ahead into L1 (the hardware
-		// prefetchers bring them from memory). Asking for the tile
-		// LB_MM_AHEAD_NVFP4 on into L2 as well, as the other paths do, took
-		// Qwen3-0.6B NVFP4 decode from 0.53 of the paired roofline to 0.49
-		// (medians of 6 alternating runs, Zen 5 VM, 2026-12-03).
+		// These rows' codes 512 bytes (1,024 weights) ahead into L1; the
+		// hardware prefetchers bring them from memory. Asking for the tile
+		// LB_MM_AHEAD_NVFP4 on into L2 as well, as the generic and AVX2
+		// paths do, took Qwen3-0.6B NVFP4 decode from 0.53 of the paired
+		// roofline to 0.49 (medians of 6 alternating runs, Zen 5 VM,
+		// 2026-12-03).
 		for (int r = 0; r < LB_MM_R; r++) lb_prefetch(w[r] + i / 2 + 512);
 		if (i + 128 < in)
 			nvfp4_chunk_avx512(acc, w, s, xt, i, nt, 0);

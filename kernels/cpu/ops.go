@@ -30,7 +30,7 @@ type Ops struct {
 	ctx       *C.lb_ctx
 	name      string
 	threads   int
-	lastYield atomic.Int64 // time.Now().UnixNano() of the last yieldToScheduler
+	lastYield atomic.Int64 // time.Now().UnixNano() of lock's last runtime.Gosched
 }
 
 var _ kernels.Ops = (*Ops)(nil)
@@ -111,19 +111,20 @@ func (o *Ops) Name() string { return o.name }
 // included.
 func (o *Ops) Threads() int { return o.threads }
 
-// yieldInterval is how long a goroutine may call ops back to back before
-// lock yields its P once (runtime.Gosched). Go's sysmon treats a goroutine
-// that has not been rescheduled for 10 ms as running too long, and from
-// then on takes its P away during every cgo call; each return from C then
-// gets an idle P and wakes sysmon, two context switches a call on CPUs the
-// kernels' threads are using. On the 2-core Zen 5 VM a decode step's 113
-// GEMVs called from Go made 250 context switches a step and streamed
-// 49-50 GB/s; yielding once a layer, 28-58 switches and 58 GB/s, as fast as
-// the same GEMVs called from one C function (BENCHMARKS.md, 2026-12-03).
+// yieldInterval is how long ops may be called back to back before lock
+// yields the caller's P once (runtime.Gosched). Go's sysmon treats a
+// goroutine that has not been rescheduled for 10 ms as running too long,
+// and from then on takes its P away during every cgo call; each return
+// from C then gets an idle P and wakes sysmon, two context switches a call
+// on CPUs the kernels' threads are using. On the 2-core Zen 5 VM a decode
+// step's 113 GEMVs called from Go made about 270 context switches a step
+// and streamed 45-50 GB/s; with this yield about 50 and 59-61 GB/s, against
+// 62 for the same GEMVs called from one C function (BENCHMARKS.md,
+// 2026-12-03).
 const yieldInterval = time.Millisecond
 
 // lock takes the mutex of a live Ops, first yielding the calling goroutine's
-// P if it has called ops for yieldInterval without one; the caller unlocks.
+// P when no call has done so for yieldInterval; the caller unlocks.
 func (o *Ops) lock() {
 	if now := time.Now().UnixNano(); now-o.lastYield.Load() > int64(yieldInterval) {
 		o.lastYield.Store(now)
