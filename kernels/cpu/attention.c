@@ -32,12 +32,16 @@
 // _avx512 (16 lanes, FMA, masked tail), _avx2 (8 lanes, FMA), _generic
 // (8 scalar lanes, multiply then add), and the decode of a BF16 or E4M3
 // row (kvdec: _avx512 vectorizes both, _avx2 BF16; the same values on every
-// path, TestKVDecode). _avx512 decodes 16 elements at a time into
-// registers inside its dot products and accumulations, once for up to four
-// query heads of a KV head; the other paths decode a row into scratch
-// first. The dot product sums lane i mod L in order of i and then the
-// lanes pairwise, so it depends only on Dh; four positions' dot products
-// run side by side (their FMA chains overlap, each in its own order). The
+// path, TestKVDecode). _avx512 works in tiles: the scores of 16 / GT
+// positions for GT query heads (GT ≤ 8, the most that divide a KV head's
+// G), their rows decoded 16 elements at a time into registers once for
+// the GT heads, and the 16 dot products reduced together (hsum16_avx512);
+// then the values of 8 positions added into each head's accumulator per
+// load and store of it. The other paths decode a row into scratch first
+// and take four positions at a time. The dot product sums lane i mod L in
+// order of i and then the lanes pairwise, so it depends only on Dh; the
+// dot products of a tile or of four positions run side by side (their FMA
+// chains overlap, each in its own order). The
 // fold is plain C, the same on every path.
 //
 // Tasks: one chunk of one token is computed by att_chunk for the query
@@ -53,15 +57,19 @@
 // second pass folds each (t, h)'s chunks in order. A chunk's partial is the same bits in either mode, and the fold
 // the same operations in the same order, so a (t, h) result depends only
 // on q[t,h] and the cache up to p: not on T, start split, block table,
-// batch, mode, grouping or thread count. The value pass adds up to four
-// positions into a head's accumulator per load and store of it (axpy4),
-// the same FMAs in the same order as one position at a time. Measured on
-// the 2-core Xeon VM (BenchmarkAttentionDecode: Qwen3-0.6B's decode at 272
-// positions, float32 cache from memory): 158 µs a call (14 GB/s) with a
-// task per KV head before, 116 µs (19 GB/s) then, against about 105 µs for
-// the same tasks only reading the rows; decoding in registers took the
-// cached calls from 64-70 to 52-54 µs (float32), 67-68 to 53-58 (BF16) and
-// 80-89 to 68-70 (E4M3), the same bits (BENCHMARKS.md).
+// batch, mode, grouping or thread count. The value pass adds several
+// positions into a head's accumulator per load and store of it, the same
+// FMAs in the same order as one position at a time. Measured on the 2-core
+// Xeon VM (BenchmarkAttentionDecode: Qwen3-0.6B's decode at 272 positions,
+// float32 cache from memory): 158 µs a call (14 GB/s) with a task per KV
+// head before, 116 µs (19 GB/s) then, against about 105 µs for the same
+// tasks only reading the rows; decoding in registers took the cached calls
+// from 64-70 to 52-54 µs (float32), 67-68 to 53-58 (BF16) and 80-89 to
+// 68-70 (E4M3), the same bits (BENCHMARKS.md). On the Zen 5 VM of
+// 2026-12-03 the tiles took the cached calls (2 threads, C loop) from 54
+// to 29 µs (float32), 48 to 27 (BF16) and 52 to 36 (E4M3), and the
+// runtime's decode attention from 100-130 to 60-78 µs a layer, the same
+// bits on 60 shapes and dtypes (GT 1 to 8, tails of Dh, paged and whole).
 //
 // Tested by TestAttention (prefill and decode, GQA, against float64 loops),
 // TestBatchInvariance and kerneltest (Attention and PagedAttention, every
@@ -154,16 +162,16 @@ LB_INLINE void kv_rows4(const att_job *j, const uint8_t *pool, int64_t i, int64_
 	for (int64_t x = 0; x < 4; x++) rows[x] = pool + j->rows[i + (x < nb ? x : 0)] + kh * j->Dh * es;
 }
 
-// A path supplies dot4, the dot products of na ≤ 4 vectors (a, n floats
+// A path may supply dot4, the dot products of na ≤ 4 vectors (a, n floats
 // apart) with cache rows b[0..3], each reduced exactly like one dot product
 // alone (the chains only overlap), and axpy4, for each of na heads (y and a
 // ys and as floats apart) y += a[r]·x[r] for r = 0..nb-1 in order, element
 // by element: one load and store of y for up to four positions' FMAs, the
 // same operations as nb axpys one after the other. Both take the rows as
 // the pool stores them (dtype, scale sc) and use their float32 values
-// (kvdec's), each row decoded once for the na heads: _avx512 16 elements
-// at a time into registers, the other paths each row into buf (4 rows of n
-// floats) first.
+// (kvdec's), each row decoded once for the na heads into buf (4 rows of n
+// floats) first. The _generic and _avx2 paths have them; _avx512 has
+// tiles instead (ktile_avx512, vtile_avx512).
 typedef void (*dot4_fn)(const float *a, int64_t na, const uint8_t *const b[4], int64_t n, int dtype, float sc,
                         float *buf, float out[4][4]);
 typedef void (*axpy_fn)(float *y, int64_t ys, const float *a, int64_t as, int64_t na, const uint8_t *const x[4],
@@ -204,18 +212,22 @@ LB_INLINE void kv_prefetch(const att_job *j, const uint8_t *pool, int64_t i, int
 	for (int64_t b = 0; b < LB_ATT_PREFETCH_LINES * 64 && b < bytes; b += 64) lb_prefetch_l2(p + b);
 }
 
-// att_chunk computes chunk c of token t for the query heads of KV heads
-// kh0..kh0+nkv-1 (nh = nkv·G of them, from kh0·G): record g of r (ps
-// floats apart) gets o_c, m_c and l_c of head kh0·G + g. Each key and value
-// row is read (and decoded) once for all the heads that use it, positions
-// in order; every head's scores, max, sum and accumulation run in the same
-// order as for a head alone, so nkv changes no result.
-LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, float *r, float *ws, dot4_fn dot4,
-                         axpy_fn axpy, exps_fn exps) {
+// A path's kpass writes the scaled scores s[g·LB_ATT_CHUNK + i − j0] =
+// (q_g · k_i)·scale of positions i = j0 .. e−1 for the nh query heads q
+// (Dh floats apart) of KV heads kh0..kh0+nkv-1, and each head's maximum
+// score into record g of r (r[g·ps + Dh]); its vpass adds, for each head
+// g, Σ_i s_g,i · v_i (positions in order, one FMA or multiply-add each)
+// into record g's o, which the caller has zeroed. buf is the path's
+// scratch: 4 decoded rows.
+typedef void (*kpass_fn)(const att_job *j, const float *q, int64_t j0, int64_t e, int64_t kh0, float *s, float *buf,
+                         float *r);
+typedef void (*vpass_fn)(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s, float *buf, float *r);
+
+// kpass_dot4 is a kpass by a path's dot4, four positions at a time, each
+// position's rows read for all the heads that use them.
+LB_INLINE void kpass_dot4(const att_job *j, const float *q, int64_t j0, int64_t e, int64_t kh0, float *s, float *buf,
+                          float *r, dot4_fn dot4) {
 	const int64_t G = j->H / j->KVH, nkv = j->nkv, nh = nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
-	const int64_t j0 = c * CH, e = j->start + t + 1 - j0 < CH ? j->start + t + 1 : j0 + CH;
-	float *s = ws, *buf = s + nh * CH;
-	const float *q = j->q + (t * j->H + kh0 * G) * Dh;
 	for (int64_t g = 0; g < nh; g++) r[g * ps + Dh] = -INFINITY;
 	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->k, i, e, kh0, nkv);
 	for (int64_t i = j0; i < e; i += 4) {
@@ -241,13 +253,13 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 			}
 		}
 	}
-	for (int64_t g = 0; g < nh; g++) {
-		float *sg = s + g * CH, acc = 0;
-		exps(sg, e - j0, r[g * ps + Dh]);
-		for (int64_t i = 0; i < e - j0; i++) acc += sg[i];
-		r[g * ps + Dh + 1] = acc;
-		memset(r + g * ps, 0, (size_t)Dh * sizeof *r);
-	}
+}
+
+// vpass_axpy is a vpass by a path's axpy4, four positions at a time.
+LB_INLINE void vpass_axpy(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s, float *buf, float *r,
+                          axpy_fn axpy) {
+	const int64_t G = j->H / j->KVH, nkv = j->nkv, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
+	(void)Dh;
 	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->v, i, e, kh0, nkv);
 	for (int64_t i = j0; i < e; i += 4) {
 		int64_t nb = e - i < 4 ? e - i : 4;
@@ -257,10 +269,32 @@ LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, fl
 			kv_rows4(j, j->v, i, nb, kh0 + kk, rows);
 			for (int64_t g0 = kk * G; g0 < (kk + 1) * G; g0 += 4) {
 				int64_t na = (kk + 1) * G - g0 < 4 ? (kk + 1) * G - g0 : 4;
-				axpy(r + g0 * ps, ps, s + g0 * CH + i - j0, CH, na, rows, nb, Dh, j->dtype, j->vscale, buf);
+				axpy(r + g0 * ps, ps, s + g0 * CH + i - j0, CH, na, rows, nb, j->Dh, j->dtype, j->vscale, buf);
 			}
 		}
 	}
+}
+
+// att_chunk computes chunk c of token t for the query heads of KV heads
+// kh0..kh0+nkv-1 (nh = nkv·G of them, from kh0·G): record g of r (ps
+// floats apart) gets o_c, m_c and l_c of head kh0·G + g. Each key and value
+// row is read (and decoded) once for all the heads that use it, positions
+// in order; every head's scores, max, sum and accumulation run in the same
+// order as for a head alone, so nkv changes no result.
+LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, float *r, float *ws, kpass_fn kpass,
+                         vpass_fn vpass, exps_fn exps) {
+	const int64_t G = j->H / j->KVH, nh = j->nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
+	const int64_t j0 = c * CH, e = j->start + t + 1 - j0 < CH ? j->start + t + 1 : j0 + CH;
+	float *s = ws, *buf = s + nh * CH;
+	kpass(j, j->q + (t * j->H + kh0 * G) * Dh, j0, e, kh0, s, buf, r);
+	for (int64_t g = 0; g < nh; g++) {
+		float *sg = s + g * CH, acc = 0;
+		exps(sg, e - j0, r[g * ps + Dh]);
+		for (int64_t i = 0; i < e - j0; i++) acc += sg[i];
+		r[g * ps + Dh + 1] = acc;
+		memset(r + g * ps, 0, (size_t)Dh * sizeof *r);
+	}
+	vpass(j, j0, e, kh0, s, buf, r);
 }
 
 // att_fold folds the partial record p into the running record f (the
@@ -281,14 +315,14 @@ static void att_finish(float *out, const float *f, int64_t Dh) {
 
 // att_whole is a whole-mode task: token task / (KVH/nkv), the query heads
 // of its (task % (KVH/nkv))-th nkv KV heads, every chunk, folded in order.
-LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy, exps_fn exps) {
+LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, kpass_fn kpass, vpass_fn vpass, exps_fn exps) {
 	const int64_t G = j->H / j->KVH, nh = j->nkv * G, ng = j->KVH / j->nkv, Dh = j->Dh, ps = j->ps;
 	int64_t t = task / ng, kh0 = (task % ng) * j->nkv, nch = (j->start + t) / LB_ATT_CHUNK + 1;
 	float *ws = j->scratch + (int64_t)tid * j->scratch_stride;
 	float *f = ws + ((nh * LB_ATT_CHUNK + 4 * Dh + 15) & ~(int64_t)15), *p = f + nh * ps;
-	att_chunk(j, t, 0, kh0, f, ws, dot4, axpy, exps);
+	att_chunk(j, t, 0, kh0, f, ws, kpass, vpass, exps);
 	for (int64_t c = 1; c < nch; c++) {
-		att_chunk(j, t, c, kh0, p, ws, dot4, axpy, exps);
+		att_chunk(j, t, c, kh0, p, ws, kpass, vpass, exps);
 		for (int64_t g = 0; g < nh; g++) att_fold(f + g * ps, p + g * ps, Dh);
 	}
 	float *o = j->out + (t * j->H + kh0 * G) * Dh;
@@ -297,11 +331,11 @@ LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, dot4_fn dot4, 
 
 // att_split is a split-mode task: chunk task / (KVH/nkv) of all tokens'
 // chunks, for its (task % (KVH/nkv))-th nkv KV heads, into the partials.
-LB_INLINE void att_split(const att_job *j, int64_t task, int tid, dot4_fn dot4, axpy_fn axpy, exps_fn exps) {
+LB_INLINE void att_split(const att_job *j, int64_t task, int tid, kpass_fn kpass, vpass_fn vpass, exps_fn exps) {
 	const int64_t G = j->H / j->KVH, ng = j->KVH / j->nkv;
 	int64_t ci = task / ng, kh0 = (task % ng) * j->nkv, t = j->tok[ci];
 	float *r = j->part + (ci * j->H + kh0 * G) * j->ps;
-	att_chunk(j, t, ci - j->off[t], kh0, r, j->scratch + (int64_t)tid * j->scratch_stride, dot4, axpy, exps);
+	att_chunk(j, t, ci - j->off[t], kh0, r, j->scratch + (int64_t)tid * j->scratch_stride, kpass, vpass, exps);
 }
 
 // att_merge folds the partials of token task / H, head task % H, in chunk
@@ -315,12 +349,24 @@ static void att_merge(void *arg, int64_t task, int tid) {
 	att_finish(j->out + (t * j->H + h) * Dh, f, Dh);
 }
 
-#define ATT_TASKS(path, attr)                                                     \
-	attr static void att_whole_##path(void *arg, int64_t task, int tid) {     \
-		att_whole(arg, task, tid, dot4_##path, axpy_##path, exps_##path); \
-	}                                                                         \
-	attr static void att_split_##path(void *arg, int64_t task, int tid) {     \
-		att_split(arg, task, tid, dot4_##path, axpy_##path, exps_##path); \
+// ATT_TASKS defines a path's whole- and split-mode tasks from its kpass_##path,
+// vpass_##path and exps_##path.
+#define ATT_TASKS(path, attr)                                                       \
+	attr static void att_whole_##path(void *arg, int64_t task, int tid) {       \
+		att_whole(arg, task, tid, kpass_##path, vpass_##path, exps_##path); \
+	}                                                                           \
+	attr static void att_split_##path(void *arg, int64_t task, int tid) {       \
+		att_split(arg, task, tid, kpass_##path, vpass_##path, exps_##path); \
+	}
+// ATT_PASSES defines a path's kpass and vpass from its dot4 and axpy.
+#define ATT_PASSES(path, attr)                                                                                 \
+	attr static void kpass_##path(const att_job *j, const float *q, int64_t j0, int64_t e, int64_t kh0,      \
+	                              float *s, float *buf, float *r) {                                          \
+		kpass_dot4(j, q, j0, e, kh0, s, buf, r, dot4_##path);                                            \
+	}                                                                                                        \
+	attr static void vpass_##path(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s,      \
+	                              float *buf, float *r) {                                                    \
+		vpass_axpy(j, j0, e, kh0, s, buf, r, axpy_##path);                                               \
 	}
 
 LB_INLINE float dot_generic(const float *a, const float *b, int64_t n) {
@@ -352,6 +398,7 @@ static void axpy_generic(float *y, int64_t ys, const float *a, int64_t as, int64
 		}
 }
 
+ATT_PASSES(generic, )
 ATT_TASKS(generic, )
 
 #ifdef LB_X86
@@ -365,108 +412,174 @@ LB_INLINE LB_AVX512 __m512 kv16_avx512(const uint8_t *row, int64_t i, __mmask16 
 	return _mm512_mul_ps(lb_e4m3x16_avx512(_mm_maskz_loadu_epi8(k, row + i)), s);
 }
 
-// hsum4_avx512 sets out[r] = lb_hsum_avx512(v[r]) for r < 4, the same
-// pairwise sums (lane i + lane i+8, then i + i+4, i + i+2, i + i+1) done
-// for the four vectors together: 13 vector operations against 32.
-LB_INLINE LB_AVX512 void hsum4_avx512(const __m512 v[4], float out[4]) {
-	// 16 -> 8: v[0]'s sums in 128-bit lanes 0-1 of a01, v[1]'s in 2-3.
-	__m512 a01 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
-	__m512 a23 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
-	// 8 -> 4: v[r]'s four sums in 128-bit lane r.
-	__m512 b = _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
-	// 4 -> 2 -> 1 within each lane: element 0 of lane r is v[r]'s sum.
-	b = _mm512_add_ps(b, _mm512_permute_ps(b, 0x4E));
-	b = _mm512_add_ps(b, _mm512_permute_ps(b, 0xB1));
-	float t[16];
-	_mm512_storeu_ps(t, b);
-	for (int r = 0; r < 4; r++) out[r] = t[4 * r];
+// hsum16_avx512 returns the vector whose lane k is lb_hsum_avx512(v[k]):
+// the same pairwise sums (lane i + lane i+8, then i + i+4, i + i+2,
+// i + i+1) done for sixteen vectors together, 46 vector operations
+// against 16 reductions of 4 and their stores and loads.
+LB_INLINE LB_AVX512 __m512 hsum16_avx512(const __m512 v[16]) {
+	// 16 -> 8: w[k]'s 128-bit lanes 0-1 hold v[2k]'s lanes 0-7 + 8-15,
+	// lanes 2-3 v[2k+1]'s.
+	__m512 w[8], x[4], y[2];
+	for (int k = 0; k < 8; k++)
+		w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
+		                     _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
+	// 8 -> 4: 128-bit lane r of x[k] holds v[4k + r]'s four sums.
+	for (int k = 0; k < 4; k++)
+		x[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
+		                     _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
+	// 4 -> 2 within each 128-bit lane r: y[k] = [A0+A2, B0+B2, A1+A3,
+	// B1+B3] of A = v[8k + r], B = v[8k + 4 + r].
+	for (int k = 0; k < 2; k++)
+		y[k] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * k], x[2 * k + 1]), _mm512_unpackhi_ps(x[2 * k], x[2 * k + 1]));
+	// 2 -> 1: lane 4r + c holds v[4c + r]'s sum; a permutation puts it in
+	// lane 4c + r.
+	__m512 z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x44), _mm512_shuffle_ps(y[0], y[1], 0xEE));
+	return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
 }
 
-// dot4_kv_avx512 is dot4 for NA heads on a cache of dtype: each chunk of
-// 16 elements of the four rows decoded once (kv16_avx512) and multiplied
-// into NA × 4 chains.
-LB_INLINE LB_AVX512 void dot4_kv_avx512(const float *a, const int NA, const uint8_t *const b[4], int64_t n,
-                                        const int dtype, float sc, float out[4][4]) {
-	__m512 acc[4][4], s = _mm512_set1_ps(sc * 256.0f);
-	for (int g = 0; g < NA; g++)
-		for (int r = 0; r < 4; r++) acc[g][r] = _mm512_setzero_ps();
-	for (int64_t i = 0; i < n; i += 16) {
-		__mmask16 k = n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i);
-		__m512 bv[4];
-		for (int r = 0; r < 4; r++) bv[r] = kv16_avx512(b[r], i, k, dtype, s);
-		for (int g = 0; g < NA; g++) {
-			__m512 av = _mm512_maskz_loadu_ps(k, a + g * n + i);
-			for (int r = 0; r < 4; r++) acc[g][r] = _mm512_fmadd_ps(av, bv[r], acc[g][r]);
+// ktile_avx512 writes the scores of P positions (rows, one KV head's) for
+// G query heads (q, Dh floats apart), G·P ≤ 16: lane g·P + p of the result
+// is (q_g · row_p)·scale. Each 16 elements of a row are decoded once for
+// the G heads; each dot product sums lane i mod 16 in order of i by FMA,
+// then the lanes pairwise (hsum16_avx512), so it depends only on Dh.
+LB_INLINE LB_AVX512 __m512 ktile_avx512(const float *q, const int G, const int P, const uint8_t *const rows[16],
+                                        int64_t Dh, const int dtype, __m512 sc, __m512 scale) {
+	__m512 acc[16];
+	for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < Dh; i += 16) {
+		__mmask16 m = Dh - i >= 16 ? 0xFFFF : lb_tail_mask16(Dh - i);
+		__m512 qv[8];
+		for (int g = 0; g < G; g++) qv[g] = _mm512_maskz_loadu_ps(m, q + g * Dh + i);
+		for (int p = 0; p < P; p++) {
+			__m512 x = kv16_avx512(rows[p], i, m, dtype, sc);
+			for (int g = 0; g < G; g++) acc[g * P + p] = _mm512_fmadd_ps(qv[g], x, acc[g * P + p]);
 		}
 	}
-	for (int g = 0; g < NA; g++) hsum4_avx512(acc[g], out[g]);
+	return _mm512_mul_ps(hsum16_avx512(acc), scale);
 }
 
-// axpy_kv_avx512 is axpy4 for NA heads on a cache of dtype: each chunk of
-// 16 elements of the nb rows decoded once.
-LB_INLINE LB_AVX512 void axpy_kv_avx512(float *y, int64_t ys, const float *a, int64_t as, const int NA,
-                                        const uint8_t *const x[4], int64_t nb, int64_t n, const int dtype, float sc) {
-	__m512 A[4][4], s = _mm512_set1_ps(sc * 256.0f);
-	for (int g = 0; g < NA; g++)
-		for (int r = 0; r < 4; r++) A[g][r] = _mm512_set1_ps(r < nb ? a[g * as + r] : 0);
-	for (int64_t i = 0; i < n; i += 16) {
-		__mmask16 k = n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i);
-		__m512 xv[4];
-		for (int r = 0; r < 4; r++) xv[r] = r < nb ? kv16_avx512(x[r], i, k, dtype, s) : _mm512_setzero_ps();
-		for (int g = 0; g < NA; g++) {
-			__m512 acc = _mm512_maskz_loadu_ps(k, y + g * ys + i);
-			if (nb == 4)
-				for (int r = 0; r < 4; r++) acc = _mm512_fmadd_ps(A[g][r], xv[r], acc);
-			else
-				for (int r = 0; r < nb; r++) acc = _mm512_fmadd_ps(A[g][r], xv[r], acc);
-			_mm512_mask_storeu_ps(y + g * ys + i, k, acc);
+// kpass_tiles_avx512 is the AVX-512 kpass in tiles of GT query heads
+// (GT ≤ 8 divides the G heads a KV head) and 16 / GT positions: each
+// tile's scores by one ktile_avx512, positions in order (each position's
+// rows, all nkv KV heads, one contiguous read), and each head's maximum
+// afterwards.
+LB_INLINE LB_AVX512 void kpass_tiles_avx512(const att_job *j, const float *q, int64_t j0, int64_t e, int64_t kh0,
+                                            float *s, float *r, const int GT, const int dtype) {
+	const int P = 16 / GT;
+	const int64_t G = j->H / j->KVH, nkv = j->nkv, nh = nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
+	const int64_t es = dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1;
+	const __m512 sc = _mm512_set1_ps(j->kscale * 256.0f), scale = _mm512_set1_ps(j->scale);
+	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->k, i, e, kh0, nkv);
+	for (int64_t i = j0; i < e; i += P) {
+		const int64_t nb = e - i < P ? e - i : P;
+		for (int64_t x = 0; x < P; x++) kv_prefetch(j, j->k, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
+		const uint8_t *base[16];
+		for (int p = 0; p < P; p++) base[p] = j->k + j->rows[i + (p < nb ? p : 0)] + kh0 * Dh * es;
+		for (int64_t kk = 0; kk < nkv; kk++) {
+			const uint8_t *rows[16];
+			for (int p = 0; p < P; p++) rows[p] = base[p] + kk * Dh * es;
+			for (int64_t g0 = kk * G; g0 < (kk + 1) * G; g0 += GT) {
+				__m512 v = ktile_avx512(q + g0 * Dh, GT, P, rows, Dh, dtype, sc, scale);
+				for (int g = 0; g < GT; g++) {
+					// Lanes g·P .. g·P + nb − 1 to lanes 0 .. nb − 1.
+					__m512i vi = _mm512_castps_si512(v);
+					_mm512_mask_storeu_ps(s + (g0 + g) * CH + i - j0, lb_tail_mask16(nb),
+					                      _mm512_castsi512_ps(_mm512_alignr_epi32(vi, vi, g * P)));
+				}
+			}
+		}
+	}
+	const int64_t n = e - j0;
+	for (int64_t g = 0; g < nh; g++) {
+		__m512 mv = _mm512_set1_ps(-INFINITY);
+		for (int64_t i = 0; i < n; i += 16)
+			mv = _mm512_mask_max_ps(mv, n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i), _mm512_loadu_ps(s + g * CH + i), mv);
+		r[g * ps + Dh] = _mm512_reduce_max_ps(mv);
+	}
+}
+
+// vtile_avx512 adds, for G heads, y_g += Σ_{p < nb} a_g,p · row_p (y_g ys
+// floats apart, a_g,p at a[g·as + p]), positions in order, one FMA each:
+// each 16 elements of the nb ≤ 8 rows decoded once into registers and
+// added into one load and store of each head's accumulator.
+LB_INLINE LB_AVX512 void vtile_avx512(float *y, int64_t ys, const float *a, int64_t as, const int G,
+                                      const uint8_t *const rows[8], const int nb, int64_t Dh, const int dtype,
+                                      __m512 sc) {
+	for (int64_t i = 0; i < Dh; i += 16) {
+		__mmask16 m = Dh - i >= 16 ? 0xFFFF : lb_tail_mask16(Dh - i);
+		__m512 x[8];
+		for (int p = 0; p < nb; p++) x[p] = kv16_avx512(rows[p], i, m, dtype, sc);
+		for (int g = 0; g < G; g++) {
+			__m512 acc = _mm512_maskz_loadu_ps(m, y + g * ys + i);
+			for (int p = 0; p < nb; p++) acc = _mm512_fmadd_ps(_mm512_set1_ps(a[g * as + p]), x[p], acc);
+			_mm512_mask_storeu_ps(y + g * ys + i, m, acc);
 		}
 	}
 }
 
-// dot4_avx512 and axpy_avx512 decode the rows 16 elements at a time into
-// registers (kv16_avx512), once for up to four heads, in one loop per
-// cache dtype and head count: no row goes through memory, and no call
-// decodes it (BenchmarkAttentionDecode, a decode step of Qwen3-0.6B at 272
-// positions from cache, BF16: 93 µs a call before; BENCHMARKS.md).
-#define ATT_NA_CASES(call, DT, base)                                                                                \
-	case base:                                                                                                   \
-		call(1, DT);                                                                                         \
-		break;                                                                                               \
-	case base + 1:                                                                                               \
-		call(2, DT);                                                                                         \
-		break;                                                                                               \
-	case base + 2:                                                                                               \
-		call(3, DT);                                                                                         \
-		break;                                                                                               \
-	case base + 3:                                                                                               \
-		call(4, DT);                                                                                         \
+// vpass_tiles_avx512 is the AVX-512 vpass in tiles of 8 positions (in
+// order; each tile's rows, all nkv KV heads, one contiguous read) and GT
+// query heads (GT ≤ 8 divides G).
+LB_INLINE LB_AVX512 void vpass_tiles_avx512(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s,
+                                            float *r, const int GT, const int dtype) {
+	const int64_t G = j->H / j->KVH, nkv = j->nkv, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
+	const int64_t es = dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1;
+	const __m512 sc = _mm512_set1_ps(j->vscale * 256.0f);
+	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->v, i, e, kh0, nkv);
+	for (int64_t i = j0; i < e; i += 8) {
+		const int64_t nb = e - i < 8 ? e - i : 8;
+		for (int64_t x = 0; x < 8; x++) kv_prefetch(j, j->v, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
+		const uint8_t *base[8];
+		for (int p = 0; p < 8; p++) base[p] = j->v + j->rows[i + (p < nb ? p : 0)] + kh0 * Dh * es;
+		for (int64_t kk = 0; kk < nkv; kk++) {
+			const uint8_t *rows[8];
+			for (int p = 0; p < 8; p++) rows[p] = base[p] + kk * Dh * es;
+			for (int64_t g0 = kk * G; g0 < (kk + 1) * G; g0 += GT) {
+				float *y = r + g0 * ps;
+				const float *a = s + g0 * CH + i - j0;
+				if (nb == 8)
+					vtile_avx512(y, ps, a, CH, GT, rows, 8, Dh, dtype, sc);
+				else
+					vtile_avx512(y, ps, a, CH, GT, rows, (int)nb, Dh, dtype, sc);
+			}
+		}
+	}
+}
+
+// ATT_BY_DTYPE_G runs call(G, DT) with the constants equal to g (1 to 8)
+// and dtype (F32, BF16, else FP8), so that each combination compiles to
+// loops of its own.
+#define ATT_G_CASES(call, DT, base)        \
+	case base:                           \
+		call(1, DT);                 \
+		break;                       \
+	case base + 1:                       \
+		call(2, DT);                 \
+		break;                       \
+	case base + 2:                       \
+		call(3, DT);                 \
+		break;                       \
+	case base + 3:                       \
+		call(4, DT);                 \
+		break;                       \
+	case base + 4:                       \
+		call(5, DT);                 \
+		break;                       \
+	case base + 5:                       \
+		call(6, DT);                 \
+		break;                       \
+	case base + 6:                       \
+		call(7, DT);                 \
+		break;                       \
+	case base + 7:                       \
+		call(8, DT);                 \
 		break;
-// ATT_BY_DTYPE_NA runs call(NA, DT) with the constants equal to na (1 to
-// 4) and dtype (F32, BF16, else FP8), so that each combination compiles
-// to a loop of its own.
-#define ATT_BY_DTYPE_NA(call, dtype, na)                                                                            \
-	switch (4 * ((dtype) == LB_KV_F32 ? 0 : (dtype) == LB_KV_BF16 ? 1 : 2) + (int)(na) - 1) {                   \
-		ATT_NA_CASES(call, LB_KV_F32, 0)                                                                     \
-		ATT_NA_CASES(call, LB_KV_BF16, 4)                                                                    \
-		ATT_NA_CASES(call, LB_KV_FP8, 8)                                                                     \
+#define ATT_BY_DTYPE_G(call, dtype, g)                                                              \
+	switch (8 * ((dtype) == LB_KV_F32 ? 0 : (dtype) == LB_KV_BF16 ? 1 : 2) + (int)(g) - 1) {   \
+		ATT_G_CASES(call, LB_KV_F32, 0)                                                     \
+		ATT_G_CASES(call, LB_KV_BF16, 8)                                                    \
+		ATT_G_CASES(call, LB_KV_FP8, 16)                                                    \
 	}
-
-LB_AVX512 static void dot4_avx512(const float *a, int64_t na, const uint8_t *const b[4], int64_t n, int dtype,
-                                  float sc, float *buf, float out[4][4]) {
-	(void)buf;
-#define DOT4_CALL(NA, DT) dot4_kv_avx512(a, NA, b, n, DT, sc, out)
-	ATT_BY_DTYPE_NA(DOT4_CALL, dtype, na);
-#undef DOT4_CALL
-}
-
-LB_AVX512 static void axpy_avx512(float *y, int64_t ys, const float *a, int64_t as, int64_t na,
-                                  const uint8_t *const x[4], int64_t nb, int64_t n, int dtype, float sc, float *buf) {
-	(void)buf;
-#define AXPY_CALL(NA, DT) axpy_kv_avx512(y, ys, a, as, NA, x, nb, n, DT, sc)
-	ATT_BY_DTYPE_NA(AXPY_CALL, dtype, na);
-#undef AXPY_CALL
-}
 
 // kvdec_avx512: BF16 widened by a shift, 16 at a time; E4M3 by
 // lb_e4m3x16_avx512 (value·2^-8, exact) times sc·256 (exact: a power of
@@ -485,6 +598,30 @@ LB_AVX512 static void exps_avx512(float *s, int64_t n, float m) {
 		__mmask16 k = n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i);
 		_mm512_mask_storeu_ps(s + i, k, lb_exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), mv)));
 	}
+}
+
+// att_tile_heads is the most query heads, at most 8, that divide the G
+// heads of a KV head: the heads of a tile.
+static int att_tile_heads(int64_t G) {
+	for (int g = 8; g > 1; g--)
+		if (G % g == 0) return g;
+	return 1;
+}
+
+LB_AVX512 static void kpass_avx512(const att_job *j, const float *q, int64_t j0, int64_t e, int64_t kh0, float *s,
+                                   float *buf, float *r) {
+	(void)buf;
+#define KPASS_CALL(GT, DT) kpass_tiles_avx512(j, q, j0, e, kh0, s, r, GT, DT)
+	ATT_BY_DTYPE_G(KPASS_CALL, j->dtype, att_tile_heads(j->H / j->KVH));
+#undef KPASS_CALL
+}
+
+LB_AVX512 static void vpass_avx512(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s, float *buf,
+                                   float *r) {
+	(void)buf;
+#define VPASS_CALL(GT, DT) vpass_tiles_avx512(j, j0, e, kh0, s, r, GT, DT)
+	ATT_BY_DTYPE_G(VPASS_CALL, j->dtype, att_tile_heads(j->H / j->KVH));
+#undef VPASS_CALL
 }
 
 ATT_TASKS(avx512, LB_AVX512)
@@ -544,6 +681,7 @@ LB_AVX2 static void exps_avx2(float *s, int64_t n, float m) {
 	exps_generic(s + i, n - i, m);
 }
 
+ATT_PASSES(avx2, LB_AVX2)
 ATT_TASKS(avx2, LB_AVX2)
 #endif
 
