@@ -96,6 +96,14 @@
 // 6 to 16 positions ahead, made float32 10-25% slower.
 #define LB_ATT_PREFETCH 3
 #define LB_ATT_PREFETCH_LINES 16
+// The AVX-512 key pass prefetches each tile's value rows (into L1: the
+// value pass reads them next) where a position's rows of the task's KV
+// heads take at most this many bytes. On the Zen 5 VM of 2026-12-03
+// (BenchmarkAttentionDecode's shape from memory, a C loop, two rounds) it
+// took E4M3 from 82-85 µs a call to 63-65 and BF16 from 70-74 to 64-67;
+// float32's 4 KiB rows went from 56-58 to 62-69, the prefetches queueing
+// for the line fill buffers as the old whole-row prefetch did.
+#define LB_ATT_VPREFETCH_BYTES 2048
 // Tasks per thread the whole mode needs, at least, to be chosen.
 #define LB_ATT_TASKS 4
 
@@ -469,10 +477,14 @@ LB_INLINE LB_AVX512 void kpass_tiles_avx512(const att_job *j, const float *q, in
 	const int64_t G = j->H / j->KVH, nkv = j->nkv, nh = nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
 	const int64_t es = dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1;
 	const __m512 sc = _mm512_set1_ps(j->kscale * 256.0f), scale = _mm512_set1_ps(j->scale);
+	const int64_t vrow = nkv * Dh * es;
 	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->k, i, e, kh0, nkv);
 	for (int64_t i = j0; i < e; i += P) {
 		const int64_t nb = e - i < P ? e - i : P;
 		for (int64_t x = 0; x < P; x++) kv_prefetch(j, j->k, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
+		if (vrow <= LB_ATT_VPREFETCH_BYTES)
+			for (int64_t x = 0; x < nb; x++)
+				for (int64_t b = 0; b < vrow; b += 64) lb_prefetch(j->v + j->rows[i + x] + kh0 * Dh * es + b);
 		const uint8_t *base[16];
 		for (int p = 0; p < P; p++) base[p] = j->k + j->rows[i + (p < nb ? p : 0)] + kh0 * Dh * es;
 		for (int64_t kk = 0; kk < nkv; kk++) {
