@@ -71,59 +71,16 @@
 // runtime's decode attention from 100-130 to 60-78 µs a layer, the same
 // bits on 60 shapes and dtypes (GT 1 to 8, tails of Dh, paged and whole).
 //
+// Files: attention.h holds the job, the chunk, the fold and the task
+// wrappers the paths share; attention_avx512.c the AVX-512 path.
+//
 // Tested by TestAttention (prefill and decode, GQA, against float64 loops),
 // TestBatchInvariance and kerneltest (Attention and PagedAttention, every
 // dtype, shuffled block tables).
 #include <math.h>
 #include <pthread.h>
 
-#include "internal.h"
-
-// Positions a chunk spans, at multiples of it from position 0: the fold's
-// structure, shared with kernels/cuda (FA_CHUNK).
-#define LB_ATT_CHUNK 64
-// Positions ahead whose rows a task prefetches, and how many of their
-// first cache lines (into L2): the hardware prefetchers stream the rest of
-// a row, contiguous, but do not cross into the next 4 KiB page, which at
-// Qwen3-0.6B's shape (8 KV heads of 128 float32) is the next position's
-// row. Prefetching every line into L1 instead was 40% slower: the
-// prefetches queued for the line fill buffers. 16 lines (1 KiB: a whole
-// E4M3 row at that shape, half a BF16 one): on the Zen 5 VM of 2026-12-03
-// (BenchmarkAttentionDecode at 272 positions from memory, alternating
-// builds) the quietest of three rounds took E4M3 from 146-150 µs a call to
-// 79-81 and BF16 from 129-137 to 101-112 against 8 lines, float32
-// unchanged; the two noisier rounds overlap (BENCHMARKS.md). Whole rows, or
-// 6 to 16 positions ahead, made float32 10-25% slower.
-#define LB_ATT_PREFETCH 3
-#define LB_ATT_PREFETCH_LINES 16
-// The AVX-512 key pass prefetches each tile's value rows (into L1: the
-// value pass reads them next) where a position's rows of the task's KV
-// heads take at most this many bytes. On the Zen 5 VM of 2026-12-03
-// (BenchmarkAttentionDecode's shape from memory, a C loop, two rounds) it
-// took E4M3 from 82-85 µs a call to 63-65 and BF16 from 70-74 to 64-67;
-// float32's 4 KiB rows went from 56-58 to 62-69, the prefetches queueing
-// for the line fill buffers as the old whole-row prefetch did.
-#define LB_ATT_VPREFETCH_BYTES 2048
-// Tasks per thread the whole mode needs, at least, to be chosen.
-#define LB_ATT_TASKS 4
-
-typedef struct att_job {
-	float *out;
-	const float *q;
-	const uint8_t *k, *v;
-	int dtype;
-	float kscale, vscale;
-	int64_t T, start, H, KVH, Dh;
-	float scale;
-	int64_t nkv;         // KV heads a task takes, a divisor of KVH
-	int64_t ps;          // floats of a partial record: o [Dh], m, l, padded
-	const int64_t *rows; // [ctx]: the byte offset of each position's row (all KV heads) in a pool
-	const int64_t *off;  // split mode: [T + 1], token t's chunks are off[t] .. off[t+1]-1
-	const int32_t *tok;  // split mode: [off[T]], the token of each chunk
-	float *part;         // split mode: [off[T]][H] partial records
-	float *scratch;      // per thread: scores [nh][LB_ATT_CHUNK], 4 decoded rows [Dh], 2 records [nh]
-	int64_t scratch_stride;
-} att_job;
+#include "attention.h"
 
 static inline float e4m3_value(uint8_t c) {
 	int mag = c & 0x7F;
@@ -185,10 +142,6 @@ typedef void (*dot4_fn)(const float *a, int64_t na, const uint8_t *const b[4], i
 typedef void (*axpy_fn)(float *y, int64_t ys, const float *a, int64_t as, int64_t na, const uint8_t *const x[4],
                         int64_t nb, int64_t n, int dtype, float sc, float *buf);
 
-// A path's exps sets s[i] = exp(s[i] − m) for i < n with the kernels' own
-// exp (lb_exp, internal.h): the same bits on every path.
-typedef void (*exps_fn)(float *s, int64_t n, float m);
-
 static void exps_generic(float *s, int64_t n, float m) {
 	for (int64_t i = 0; i < n; i++) s[i] = lb_expf(s[i] - m);
 }
@@ -209,27 +162,6 @@ LB_INLINE void kv_floats4(const float *out[4], const uint8_t *const rows[4], int
 		}
 	}
 }
-
-// kv_prefetch asks for the first LB_ATT_PREFETCH_LINES lines of position
-// i's rows of KV heads kh..kh+nkv-1 (one contiguous span), when i < n.
-LB_INLINE void kv_prefetch(const att_job *j, const uint8_t *pool, int64_t i, int64_t n, int64_t kh, int64_t nkv) {
-	if (i >= n) return;
-	int64_t es = j->dtype == LB_KV_F32 ? 4 : j->dtype == LB_KV_BF16 ? 2 : 1;
-	const uint8_t *p = pool + j->rows[i] + kh * j->Dh * es;
-	int64_t bytes = nkv * j->Dh * es;
-	for (int64_t b = 0; b < LB_ATT_PREFETCH_LINES * 64 && b < bytes; b += 64) lb_prefetch_l2(p + b);
-}
-
-// A path's kpass writes the scaled scores s[g·LB_ATT_CHUNK + i − j0] =
-// (q_g · k_i)·scale of positions i = j0 .. e−1 for the nh query heads q
-// (Dh floats apart) of KV heads kh0..kh0+nkv-1, and each head's maximum
-// score into record g of r (r[g·ps + Dh]); its vpass adds, for each head
-// g, Σ_i s_g,i · v_i (positions in order, one FMA or multiply-add each)
-// into record g's o, which the caller has zeroed. buf is the path's
-// scratch: 4 decoded rows.
-typedef void (*kpass_fn)(const att_job *j, const float *q, int64_t j0, int64_t e, int64_t kh0, float *s, float *buf,
-                         float *r);
-typedef void (*vpass_fn)(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s, float *buf, float *r);
 
 // kpass_dot4 is a kpass by a path's dot4, four positions at a time, each
 // position's rows read for all the heads that use them.
@@ -283,69 +215,6 @@ LB_INLINE void vpass_axpy(const att_job *j, int64_t j0, int64_t e, int64_t kh0, 
 	}
 }
 
-// att_chunk computes chunk c of token t for the query heads of KV heads
-// kh0..kh0+nkv-1 (nh = nkv·G of them, from kh0·G): record g of r (ps
-// floats apart) gets o_c, m_c and l_c of head kh0·G + g. Each key and value
-// row is read (and decoded) once for all the heads that use it, positions
-// in order; every head's scores, max, sum and accumulation run in the same
-// order as for a head alone, so nkv changes no result.
-LB_INLINE void att_chunk(const att_job *j, int64_t t, int64_t c, int64_t kh0, float *r, float *ws, kpass_fn kpass,
-                         vpass_fn vpass, exps_fn exps) {
-	const int64_t G = j->H / j->KVH, nh = j->nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
-	const int64_t j0 = c * CH, e = j->start + t + 1 - j0 < CH ? j->start + t + 1 : j0 + CH;
-	float *s = ws, *buf = s + nh * CH;
-	kpass(j, j->q + (t * j->H + kh0 * G) * Dh, j0, e, kh0, s, buf, r);
-	for (int64_t g = 0; g < nh; g++) {
-		float *sg = s + g * CH, acc = 0;
-		exps(sg, e - j0, r[g * ps + Dh]);
-		for (int64_t i = 0; i < e - j0; i++) acc += sg[i];
-		r[g * ps + Dh + 1] = acc;
-		memset(r + g * ps, 0, (size_t)Dh * sizeof *r);
-	}
-	vpass(j, j0, e, kh0, s, buf, r);
-}
-
-// att_fold folds the partial record p into the running record f (the
-// contract's fold step; plain C on every path, no fused multiply-add: the
-// package is compiled -std=c11, whose default is -ffp-contract=off).
-static void att_fold(float *f, const float *p, int64_t Dh) {
-	float M = f[Dh], m = p[Dh], Mn = m > M ? m : M;
-	float a = lb_expf(M - Mn), b = lb_expf(m - Mn);
-	f[Dh] = Mn;
-	f[Dh + 1] = f[Dh + 1] * a + p[Dh + 1] * b;
-	for (int64_t d = 0; d < Dh; d++) f[d] = f[d] * a + p[d] * b;
-}
-
-// att_finish writes out = O / L of a folded record.
-static void att_finish(float *out, const float *f, int64_t Dh) {
-	for (int64_t d = 0; d < Dh; d++) out[d] = f[d] / f[Dh + 1];
-}
-
-// att_whole is a whole-mode task: token task / (KVH/nkv), the query heads
-// of its (task % (KVH/nkv))-th nkv KV heads, every chunk, folded in order.
-LB_INLINE void att_whole(const att_job *j, int64_t task, int tid, kpass_fn kpass, vpass_fn vpass, exps_fn exps) {
-	const int64_t G = j->H / j->KVH, nh = j->nkv * G, ng = j->KVH / j->nkv, Dh = j->Dh, ps = j->ps;
-	int64_t t = task / ng, kh0 = (task % ng) * j->nkv, nch = (j->start + t) / LB_ATT_CHUNK + 1;
-	float *ws = j->scratch + (int64_t)tid * j->scratch_stride;
-	float *f = ws + ((nh * LB_ATT_CHUNK + 4 * Dh + 15) & ~(int64_t)15), *p = f + nh * ps;
-	att_chunk(j, t, 0, kh0, f, ws, kpass, vpass, exps);
-	for (int64_t c = 1; c < nch; c++) {
-		att_chunk(j, t, c, kh0, p, ws, kpass, vpass, exps);
-		for (int64_t g = 0; g < nh; g++) att_fold(f + g * ps, p + g * ps, Dh);
-	}
-	float *o = j->out + (t * j->H + kh0 * G) * Dh;
-	for (int64_t g = 0; g < nh; g++) att_finish(o + g * Dh, f + g * ps, Dh);
-}
-
-// att_split is a split-mode task: chunk task / (KVH/nkv) of all tokens'
-// chunks, for its (task % (KVH/nkv))-th nkv KV heads, into the partials.
-LB_INLINE void att_split(const att_job *j, int64_t task, int tid, kpass_fn kpass, vpass_fn vpass, exps_fn exps) {
-	const int64_t G = j->H / j->KVH, ng = j->KVH / j->nkv;
-	int64_t ci = task / ng, kh0 = (task % ng) * j->nkv, t = j->tok[ci];
-	float *r = j->part + (ci * j->H + kh0 * G) * j->ps;
-	att_chunk(j, t, ci - j->off[t], kh0, r, j->scratch + (int64_t)tid * j->scratch_stride, kpass, vpass, exps);
-}
-
 // att_merge folds the partials of token task / H, head task % H, in chunk
 // order, into chunk 0's record, and writes the head's output.
 static void att_merge(void *arg, int64_t task, int tid) {
@@ -357,15 +226,6 @@ static void att_merge(void *arg, int64_t task, int tid) {
 	att_finish(j->out + (t * j->H + h) * Dh, f, Dh);
 }
 
-// ATT_TASKS defines a path's whole- and split-mode tasks from its kpass_##path,
-// vpass_##path and exps_##path.
-#define ATT_TASKS(path, attr)                                                       \
-	attr static void att_whole_##path(void *arg, int64_t task, int tid) {       \
-		att_whole(arg, task, tid, kpass_##path, vpass_##path, exps_##path); \
-	}                                                                           \
-	attr static void att_split_##path(void *arg, int64_t task, int tid) {       \
-		att_split(arg, task, tid, kpass_##path, vpass_##path, exps_##path); \
-	}
 // ATT_PASSES defines a path's kpass and vpass from its dot4 and axpy.
 #define ATT_PASSES(path, attr)                                                                                 \
 	attr static void kpass_##path(const att_job *j, const float *q, int64_t j0, int64_t e, int64_t kh0,      \
@@ -407,237 +267,9 @@ static void axpy_generic(float *y, int64_t ys, const float *a, int64_t as, int64
 }
 
 ATT_PASSES(generic, )
-ATT_TASKS(generic, )
+ATT_TASKS(generic, , static)
 
 #ifdef LB_X86
-// kv16_avx512 returns elements i .. i + 15 (mask k, zeros outside) of a
-// cache row as float32: kvdec_avx512's values, in a register.
-LB_INLINE LB_AVX512 __m512 kv16_avx512(const uint8_t *row, int64_t i, __mmask16 k, int dtype, __m512 s) {
-	if (dtype == LB_KV_F32) return _mm512_maskz_loadu_ps(k, (const float *)row + i);
-	if (dtype == LB_KV_BF16)
-		return _mm512_castsi512_ps(
-		    _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)row + i)), 16));
-	return _mm512_mul_ps(lb_e4m3x16_avx512(_mm_maskz_loadu_epi8(k, row + i)), s);
-}
-
-// hsum16_avx512 returns the vector whose lane k is lb_hsum_avx512(v[k]):
-// the same pairwise sums (lane i + lane i+8, then i + i+4, i + i+2,
-// i + i+1) done for sixteen vectors together, 46 vector operations
-// against 16 reductions of 4 and their stores and loads.
-LB_INLINE LB_AVX512 __m512 hsum16_avx512(const __m512 v[16]) {
-	// 16 -> 8: w[k]'s 128-bit lanes 0-1 hold v[2k]'s lanes 0-7 + 8-15,
-	// lanes 2-3 v[2k+1]'s.
-	__m512 w[8], x[4], y[2];
-	for (int k = 0; k < 8; k++)
-		w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
-		                     _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
-	// 8 -> 4: 128-bit lane r of x[k] holds v[4k + r]'s four sums.
-	for (int k = 0; k < 4; k++)
-		x[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
-		                     _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
-	// 4 -> 2 within each 128-bit lane r: y[k] = [A0+A2, B0+B2, A1+A3,
-	// B1+B3] of A = v[8k + r], B = v[8k + 4 + r].
-	for (int k = 0; k < 2; k++)
-		y[k] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * k], x[2 * k + 1]), _mm512_unpackhi_ps(x[2 * k], x[2 * k + 1]));
-	// 2 -> 1: lane 4r + c holds v[4c + r]'s sum; a permutation puts it in
-	// lane 4c + r.
-	__m512 z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x44), _mm512_shuffle_ps(y[0], y[1], 0xEE));
-	return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
-}
-
-// ktile_avx512 writes the scores of P positions (rows, one KV head's) for
-// G query heads (q, Dh floats apart), G·P ≤ 16: lane g·P + p of the result
-// is (q_g · row_p)·scale. Each 16 elements of a row are decoded once for
-// the G heads; each dot product sums lane i mod 16 in order of i by FMA,
-// then the lanes pairwise (hsum16_avx512), so it depends only on Dh.
-LB_INLINE LB_AVX512 __m512 ktile_avx512(const float *q, const int G, const int P, const uint8_t *const rows[16],
-                                        int64_t Dh, const int dtype, __m512 sc, __m512 scale) {
-	__m512 acc[16];
-	for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
-	for (int64_t i = 0; i < Dh; i += 16) {
-		__mmask16 m = Dh - i >= 16 ? 0xFFFF : lb_tail_mask16(Dh - i);
-		__m512 qv[8];
-		for (int g = 0; g < G; g++) qv[g] = _mm512_maskz_loadu_ps(m, q + g * Dh + i);
-		for (int p = 0; p < P; p++) {
-			__m512 x = kv16_avx512(rows[p], i, m, dtype, sc);
-			for (int g = 0; g < G; g++) acc[g * P + p] = _mm512_fmadd_ps(qv[g], x, acc[g * P + p]);
-		}
-	}
-	return _mm512_mul_ps(hsum16_avx512(acc), scale);
-}
-
-// kpass_tiles_avx512 is the AVX-512 kpass in tiles of GT query heads
-// (GT ≤ 8 divides the G heads a KV head) and 16 / GT positions: each
-// tile's scores by one ktile_avx512, positions in order (each position's
-// rows, all nkv KV heads, one contiguous read), and each head's maximum
-// afterwards.
-LB_INLINE LB_AVX512 void kpass_tiles_avx512(const att_job *j, const float *q, int64_t j0, int64_t e, int64_t kh0,
-                                            float *s, float *r, const int GT, const int dtype) {
-	const int P = 16 / GT;
-	const int64_t G = j->H / j->KVH, nkv = j->nkv, nh = nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
-	const int64_t es = dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1;
-	const __m512 sc = _mm512_set1_ps(j->kscale * 256.0f), scale = _mm512_set1_ps(j->scale);
-	const int64_t vrow = nkv * Dh * es;
-	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->k, i, e, kh0, nkv);
-	for (int64_t i = j0; i < e; i += P) {
-		const int64_t nb = e - i < P ? e - i : P;
-		for (int64_t x = 0; x < P; x++) kv_prefetch(j, j->k, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
-		if (vrow <= LB_ATT_VPREFETCH_BYTES)
-			for (int64_t x = 0; x < nb; x++)
-				for (int64_t b = 0; b < vrow; b += 64) lb_prefetch(j->v + j->rows[i + x] + kh0 * Dh * es + b);
-		const uint8_t *base[16];
-		for (int p = 0; p < P; p++) base[p] = j->k + j->rows[i + (p < nb ? p : 0)] + kh0 * Dh * es;
-		for (int64_t kk = 0; kk < nkv; kk++) {
-			const uint8_t *rows[16];
-			for (int p = 0; p < P; p++) rows[p] = base[p] + kk * Dh * es;
-			for (int64_t g0 = kk * G; g0 < (kk + 1) * G; g0 += GT) {
-				__m512 v = ktile_avx512(q + g0 * Dh, GT, P, rows, Dh, dtype, sc, scale);
-				for (int g = 0; g < GT; g++) {
-					// Lanes g·P .. g·P + nb − 1 to lanes 0 .. nb − 1.
-					__m512i vi = _mm512_castps_si512(v);
-					_mm512_mask_storeu_ps(s + (g0 + g) * CH + i - j0, lb_tail_mask16(nb),
-					                      _mm512_castsi512_ps(_mm512_alignr_epi32(vi, vi, g * P)));
-				}
-			}
-		}
-	}
-	const int64_t n = e - j0;
-	for (int64_t g = 0; g < nh; g++) {
-		__m512 mv = _mm512_set1_ps(-INFINITY);
-		for (int64_t i = 0; i < n; i += 16)
-			mv = _mm512_mask_max_ps(mv, n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i), _mm512_loadu_ps(s + g * CH + i), mv);
-		r[g * ps + Dh] = _mm512_reduce_max_ps(mv);
-	}
-}
-
-// vtile_avx512 adds, for G heads, y_g += Σ_{p < nb} a_g,p · row_p (y_g ys
-// floats apart, a_g,p at a[g·as + p]), positions in order, one FMA each:
-// each 16 elements of the nb ≤ 8 rows decoded once into registers and
-// added into one load and store of each head's accumulator.
-LB_INLINE LB_AVX512 void vtile_avx512(float *y, int64_t ys, const float *a, int64_t as, const int G,
-                                      const uint8_t *const rows[8], const int nb, int64_t Dh, const int dtype,
-                                      __m512 sc) {
-	for (int64_t i = 0; i < Dh; i += 16) {
-		__mmask16 m = Dh - i >= 16 ? 0xFFFF : lb_tail_mask16(Dh - i);
-		__m512 x[8];
-		for (int p = 0; p < nb; p++) x[p] = kv16_avx512(rows[p], i, m, dtype, sc);
-		for (int g = 0; g < G; g++) {
-			__m512 acc = _mm512_maskz_loadu_ps(m, y + g * ys + i);
-			for (int p = 0; p < nb; p++) acc = _mm512_fmadd_ps(_mm512_set1_ps(a[g * as + p]), x[p], acc);
-			_mm512_mask_storeu_ps(y + g * ys + i, m, acc);
-		}
-	}
-}
-
-// vpass_tiles_avx512 is the AVX-512 vpass in tiles of 8 positions (in
-// order; each tile's rows, all nkv KV heads, one contiguous read) and GT
-// query heads (GT ≤ 8 divides G).
-LB_INLINE LB_AVX512 void vpass_tiles_avx512(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s,
-                                            float *r, const int GT, const int dtype) {
-	const int64_t G = j->H / j->KVH, nkv = j->nkv, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
-	const int64_t es = dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1;
-	const __m512 sc = _mm512_set1_ps(j->vscale * 256.0f);
-	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->v, i, e, kh0, nkv);
-	for (int64_t i = j0; i < e; i += 8) {
-		const int64_t nb = e - i < 8 ? e - i : 8;
-		for (int64_t x = 0; x < 8; x++) kv_prefetch(j, j->v, i + x + LB_ATT_PREFETCH, e, kh0, nkv);
-		const uint8_t *base[8];
-		for (int p = 0; p < 8; p++) base[p] = j->v + j->rows[i + (p < nb ? p : 0)] + kh0 * Dh * es;
-		for (int64_t kk = 0; kk < nkv; kk++) {
-			const uint8_t *rows[8];
-			for (int p = 0; p < 8; p++) rows[p] = base[p] + kk * Dh * es;
-			for (int64_t g0 = kk * G; g0 < (kk + 1) * G; g0 += GT) {
-				float *y = r + g0 * ps;
-				const float *a = s + g0 * CH + i - j0;
-				if (nb == 8)
-					vtile_avx512(y, ps, a, CH, GT, rows, 8, Dh, dtype, sc);
-				else
-					vtile_avx512(y, ps, a, CH, GT, rows, (int)nb, Dh, dtype, sc);
-			}
-		}
-	}
-}
-
-// ATT_BY_DTYPE_G runs call(G, DT) with the constants equal to g (1 to 8)
-// and dtype (F32, BF16, else FP8), so that each combination compiles to
-// loops of its own.
-#define ATT_G_CASES(call, DT, base)        \
-	case base:                           \
-		call(1, DT);                 \
-		break;                       \
-	case base + 1:                       \
-		call(2, DT);                 \
-		break;                       \
-	case base + 2:                       \
-		call(3, DT);                 \
-		break;                       \
-	case base + 3:                       \
-		call(4, DT);                 \
-		break;                       \
-	case base + 4:                       \
-		call(5, DT);                 \
-		break;                       \
-	case base + 5:                       \
-		call(6, DT);                 \
-		break;                       \
-	case base + 6:                       \
-		call(7, DT);                 \
-		break;                       \
-	case base + 7:                       \
-		call(8, DT);                 \
-		break;
-#define ATT_BY_DTYPE_G(call, dtype, g)                                                              \
-	switch (8 * ((dtype) == LB_KV_F32 ? 0 : (dtype) == LB_KV_BF16 ? 1 : 2) + (int)(g) - 1) {   \
-		ATT_G_CASES(call, LB_KV_F32, 0)                                                     \
-		ATT_G_CASES(call, LB_KV_BF16, 8)                                                    \
-		ATT_G_CASES(call, LB_KV_FP8, 16)                                                    \
-	}
-
-// kvdec_avx512: BF16 widened by a shift, 16 at a time; E4M3 by
-// lb_e4m3x16_avx512 (value·2^-8, exact) times sc·256 (exact: a power of
-// two), whose one rounding is that of value·sc.
-LB_AVX512 static void kvdec_avx512(float *dst, const uint8_t *src, int64_t n, int dtype, float sc) {
-	__m512 s = _mm512_set1_ps(sc * 256.0f);
-	for (int64_t i = 0; i < n; i += 16) {
-		__mmask16 k = n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i);
-		_mm512_mask_storeu_ps(dst + i, k, kv16_avx512(src, i, k, dtype, s));
-	}
-}
-
-LB_AVX512 static void exps_avx512(float *s, int64_t n, float m) {
-	const __m512 mv = _mm512_set1_ps(m);
-	for (int64_t i = 0; i < n; i += 16) {
-		__mmask16 k = n - i >= 16 ? 0xFFFF : lb_tail_mask16(n - i);
-		_mm512_mask_storeu_ps(s + i, k, lb_exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), mv)));
-	}
-}
-
-// att_tile_heads is the most query heads, at most 8, that divide the G
-// heads of a KV head: the heads of a tile.
-static int att_tile_heads(int64_t G) {
-	for (int g = 8; g > 1; g--)
-		if (G % g == 0) return g;
-	return 1;
-}
-
-LB_AVX512 static void kpass_avx512(const att_job *j, const float *q, int64_t j0, int64_t e, int64_t kh0, float *s,
-                                   float *buf, float *r) {
-	(void)buf;
-#define KPASS_CALL(GT, DT) kpass_tiles_avx512(j, q, j0, e, kh0, s, r, GT, DT)
-	ATT_BY_DTYPE_G(KPASS_CALL, j->dtype, att_tile_heads(j->H / j->KVH));
-#undef KPASS_CALL
-}
-
-LB_AVX512 static void vpass_avx512(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s, float *buf,
-                                   float *r) {
-	(void)buf;
-#define VPASS_CALL(GT, DT) vpass_tiles_avx512(j, j0, e, kh0, s, r, GT, DT)
-	ATT_BY_DTYPE_G(VPASS_CALL, j->dtype, att_tile_heads(j->H / j->KVH));
-#undef VPASS_CALL
-}
-
-ATT_TASKS(avx512, LB_AVX512)
-
 // kvdec_avx2: BF16 widened by a shift, 8 at a time (the tail and E4M3 as
 // _generic).
 LB_AVX2 static void kvdec_avx2(float *dst, const uint8_t *src, int64_t n, int dtype, float sc) {
@@ -694,14 +326,14 @@ LB_AVX2 static void exps_avx2(float *s, int64_t n, float m) {
 }
 
 ATT_PASSES(avx2, LB_AVX2)
-ATT_TASKS(avx2, LB_AVX2)
+ATT_TASKS(avx2, LB_AVX2, static)
 #endif
 
 void lb_kv_decode(int isa, int dtype, float *dst, const uint8_t *src, int64_t n, float sc) {
 	pthread_once(&e4m3_lut_once, e4m3_lut_init);
 	kvdec_fn dec = kvdec_generic;
 #ifdef LB_X86
-	if (isa == LB_ISA_AVX512 && lb_isa_supported(isa)) dec = kvdec_avx512;
+	if (isa == LB_ISA_AVX512 && lb_isa_supported(isa)) dec = att_kvdec_avx512;
 	if (isa == LB_ISA_AVX2 && lb_isa_supported(isa)) dec = kvdec_avx2;
 #endif
 	dec(dst, src, n, dtype, sc);

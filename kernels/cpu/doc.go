@@ -2,8 +2,9 @@
 // lowbit's inference runtime.
 //
 // Every op is one C file (matmul.c with matmul_bf16.c, matmul_fp8.c and
-// matmul_nvfp4.c, act_quant.c, rmsnorm.c, rope.c, attention.c, silu_mul.c,
-// add.c, log_softmax.c), whose header comment gives what it computes, its
+// matmul_nvfp4.c, act_quant.c, rmsnorm.c, rope.c, attention.c with
+// attention.h and attention_avx512.c, silu_mul.c, add.c, log_softmax.c),
+// whose header comment gives what it computes, its
 // data layout, its variants and its tests. Go wraps each op 1:1 (ops.go),
 // checks shapes and panics with a "cpu: " message on a programmer error,
 // as gonum does. C receives slice base pointers for the duration of a call
