@@ -7,7 +7,7 @@
 
 #ifdef LB_X86
 // kv16_avx512 returns elements i .. i + 15 (mask k, zeros outside) of a
-// cache row as float32: kvdec_avx512's values, in a register.
+// cache row as float32: att_kvdec_avx512's values, in a register.
 LB_INLINE LB_AVX512 __m512 kv16_avx512(const uint8_t *row, int64_t i, __mmask16 k, int dtype, __m512 s) {
 	if (dtype == LB_KV_F32) return _mm512_maskz_loadu_ps(k, (const float *)row + i);
 	if (dtype == LB_KV_BF16)
@@ -18,8 +18,8 @@ LB_INLINE LB_AVX512 __m512 kv16_avx512(const uint8_t *row, int64_t i, __mmask16 
 
 // hsum16_avx512 returns the vector whose lane k is lb_hsum_avx512(v[k]):
 // the same pairwise sums (lane i + lane i+8, then i + i+4, i + i+2,
-// i + i+1) done for sixteen vectors together, 46 vector operations
-// against 16 reductions of 4 and their stores and loads.
+// i + i+1) done for sixteen vectors together: 46 vector operations, and
+// the sums land in one register, ready to be scaled and stored.
 LB_INLINE LB_AVX512 __m512 hsum16_avx512(const __m512 v[16]) {
 	// 16 -> 8: w[k]'s 128-bit lanes 0-1 hold v[2k]'s lanes 0-7 + 8-15,
 	// lanes 2-3 v[2k+1]'s.
@@ -41,7 +41,7 @@ LB_INLINE LB_AVX512 __m512 hsum16_avx512(const __m512 v[16]) {
 	return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
 }
 
-// ktile_avx512 writes the scores of P positions (rows, one KV head's) for
+// ktile_avx512 returns the scores of P positions (rows, one KV head's) for
 // G query heads (q, Dh floats apart), G·P ≤ 16: lane g·P + p of the result
 // is (q_g · row_p)·scale. Each 16 elements of a row are decoded once for
 // the G heads; each dot product sums lane i mod 16 in order of i by FMA,
@@ -189,7 +189,7 @@ LB_INLINE LB_AVX512 void vpass_tiles_avx512(const att_job *j, int64_t j0, int64_
 		ATT_G_CASES(call, LB_KV_FP8, 16)                                                    \
 	}
 
-// kvdec_avx512: BF16 widened by a shift, 16 at a time; E4M3 by
+// att_kvdec_avx512: BF16 widened by a shift, 16 at a time; E4M3 by
 // lb_e4m3x16_avx512 (value·2^-8, exact) times sc·256 (exact: a power of
 // two), whose one rounding is that of value·sc.
 LB_AVX512 void att_kvdec_avx512(float *dst, const uint8_t *src, int64_t n, int dtype, float sc) {
