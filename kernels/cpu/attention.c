@@ -123,7 +123,7 @@ static void kvdec_generic(float *dst, const uint8_t *src, int64_t n, int dtype, 
 // whose products att_chunk never uses.
 LB_INLINE void kv_rows4(const att_job *j, const uint8_t *pool, int64_t i, int64_t nb, int64_t kh,
                         const uint8_t *rows[4]) {
-	int64_t es = j->dtype == LB_KV_F32 ? 4 : j->dtype == LB_KV_BF16 ? 2 : 1;
+	int64_t es = att_elem_bytes(j->dtype);
 	for (int64_t x = 0; x < 4; x++) rows[x] = pool + j->rows[i + (x < nb ? x : 0)] + kh * j->Dh * es;
 }
 
@@ -198,8 +198,7 @@ LB_INLINE void kpass_dot4(const att_job *j, const float *q, int64_t j0, int64_t 
 // vpass_axpy is a vpass by a path's axpy4, four positions at a time.
 LB_INLINE void vpass_axpy(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s, float *buf, float *r,
                           axpy_fn axpy) {
-	const int64_t G = j->H / j->KVH, nkv = j->nkv, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
-	(void)Dh;
+	const int64_t G = j->H / j->KVH, nkv = j->nkv, ps = j->ps, CH = LB_ATT_CHUNK;
 	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->v, i, e, kh0, nkv);
 	for (int64_t i = j0; i < e; i += 4) {
 		int64_t nb = e - i < 4 ? e - i : 4;
@@ -373,7 +372,7 @@ int lb_attention(lb_ctx *c, float *out, const float *q, const uint8_t *k, const 
 	int64_t *rows = (int64_t *)sb, *off = (int64_t *)(sb + rows_b);
 	int32_t *tok = (int32_t *)(sb + rows_b + off_b);
 	float *part = (float *)(sb + rows_b + off_b + tok_b), *scratch = (float *)(sb + rows_b + off_b + tok_b + part_b);
-	const int64_t row_bytes = KVH * Dh * (dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1);
+	const int64_t row_bytes = KVH * Dh * att_elem_bytes(dtype);
 	for (int64_t i = 0, b = 0, o = 0; i < ctx; i++) {
 		rows[i] = (blocks ? (int64_t)blocks[b] * bs + o : i) * row_bytes;
 		if (++o == bs) o = 0, b++;

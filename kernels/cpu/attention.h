@@ -57,11 +57,14 @@ typedef struct att_job {
 	int64_t scratch_stride;
 } att_job;
 
+// att_elem_bytes is the bytes of one cache element of dtype.
+LB_INLINE int64_t att_elem_bytes(int dtype) { return dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1; }
+
 // kv_prefetch asks for the first LB_ATT_PREFETCH_LINES lines of position
 // i's rows of KV heads kh..kh+nkv-1 (one contiguous span), when i < n.
 LB_INLINE void kv_prefetch(const att_job *j, const uint8_t *pool, int64_t i, int64_t n, int64_t kh, int64_t nkv) {
 	if (i >= n) return;
-	int64_t es = j->dtype == LB_KV_F32 ? 4 : j->dtype == LB_KV_BF16 ? 2 : 1;
+	int64_t es = att_elem_bytes(j->dtype);
 	const uint8_t *p = pool + j->rows[i] + kh * j->Dh * es;
 	int64_t bytes = nkv * j->Dh * es;
 	for (int64_t b = 0; b < LB_ATT_PREFETCH_LINES * 64 && b < bytes; b += 64) lb_prefetch_l2(p + b);

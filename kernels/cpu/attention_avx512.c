@@ -71,7 +71,7 @@ LB_INLINE LB_AVX512 void kpass_tiles_avx512(const att_job *j, const float *q, in
                                             float *s, float *r, const int GT, const int dtype) {
 	const int P = 16 / GT;
 	const int64_t G = j->H / j->KVH, nkv = j->nkv, nh = nkv * G, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
-	const int64_t es = dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1;
+	const int64_t es = att_elem_bytes(dtype);
 	const __m512 sc = _mm512_set1_ps(j->kscale * 256.0f), scale = _mm512_set1_ps(j->scale);
 	const int64_t vrow = nkv * Dh * es;
 	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->k, i, e, kh0, nkv);
@@ -131,7 +131,7 @@ LB_INLINE LB_AVX512 void vtile_avx512(float *y, int64_t ys, const float *a, int6
 LB_INLINE LB_AVX512 void vpass_tiles_avx512(const att_job *j, int64_t j0, int64_t e, int64_t kh0, const float *s,
                                             float *r, const int GT, const int dtype) {
 	const int64_t G = j->H / j->KVH, nkv = j->nkv, Dh = j->Dh, ps = j->ps, CH = LB_ATT_CHUNK;
-	const int64_t es = dtype == LB_KV_F32 ? 4 : dtype == LB_KV_BF16 ? 2 : 1;
+	const int64_t es = att_elem_bytes(dtype);
 	const __m512 sc = _mm512_set1_ps(j->vscale * 256.0f);
 	for (int64_t i = j0; i < j0 + LB_ATT_PREFETCH; i++) kv_prefetch(j, j->v, i, e, kh0, nkv);
 	for (int64_t i = j0; i < e; i += 8) {
