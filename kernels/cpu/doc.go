@@ -20,9 +20,12 @@
 // lower one, which is how the tests run every path on one machine. Name
 // reports the path: "cpu-avx512", "cpu-avx2" or "cpu-generic". The package
 // builds with plain gcc flags and runs on any x86-64. The other ops are
-// plain C, identical on every path. AVX512_BF16 is not used: its dot
-// product rounds the float32 activations to BF16, which the contract does
-// not allow.
+// plain C, identical on every path. Within the avx512 path the FP8 MatMul
+// has two run-time variants with the plain one's bits: VBMI byte tables
+// for decoding, and on top of them AVX512_BF16's vdpbf16ps where the
+// activations are FP8 (per token or per tensor), whose values and
+// products are exact in BF16. Elsewhere AVX512_BF16 is not used: it would
+// round float32 activations to BF16, which the contract does not allow.
 //
 // # Threads and invariance
 //

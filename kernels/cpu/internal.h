@@ -25,6 +25,8 @@
 // The AVX-512 path has a variant for CPUs with VBMI (byte permutes: Ice
 // Lake, Sapphire Rapids, Zen 4), chosen at run time by lb_vbmi (lbcpu.h).
 #define LB_AVX512VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2,fma,f16c")))
+#define LB_AVX512VBMIBF16 \
+	__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16,avx2,fma,f16c")))
 #endif
 
 // ---------------------------------------------------------------------------
@@ -95,13 +97,19 @@ typedef struct lb_mm {
 	float wpost;
 	float *y;        // [T, out]
 	const float *xt; // x as lb_nvfp4_xt orders it for the NVFP4 AVX-512 kernel, else NULL
+	const uint32_t *xb; // x as BF16 pairs for the FP8 vdpbf16ps kernel (lb_fp8_xb), else NULL
 } lb_mm;
 
 // A row kernel computes rows [o0, o1) of y for every token.
 typedef void (*lb_mm_rows)(const lb_mm *m, int64_t o0, int64_t o1);
 
 lb_mm_rows lb_mm_bf16_rows(int isa);
-lb_mm_rows lb_mm_fp8_rows(int isa);
+lb_mm_rows lb_mm_fp8_rows(int isa, int act);
+// lb_fp8_dp reports whether lb_mm_fp8_rows(isa, act) is the AVX512_BF16
+// variant, which reads the activations as lb_fp8_xb writes them (lb_mm.xb):
+// [T][in / 64][32] BF16 pairs, whole groups of 64 columns only.
+int lb_fp8_dp(int isa, int act);
+void lb_fp8_xb(uint32_t *xb, const float *x, int64_t T, int64_t in);
 lb_mm_rows lb_mm_nvfp4_rows(int isa);
 
 // lb_nvfp4_xt writes x [T, in] into xt [T, in] in the order of the NVFP4

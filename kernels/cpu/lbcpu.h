@@ -52,6 +52,11 @@ int lb_matmul3(lb_ctx *c, int n, const float *x, int64_t T, int fmt, int64_t in,
 // lb_set_vbmi is not safe to call while MatMul runs.
 int lb_vbmi(void);
 void lb_set_vbmi(int on);
+// lb_bf16dot: whether the VBMI variant of the FP8 MatMul multiplies FP8
+// activations with AVX512_BF16's vdpbf16ps (the CPU has it, and
+// lb_set_bf16dot(0) has not turned it off); the same bits either way.
+int lb_bf16dot(void);
+void lb_set_bf16dot(int on);
 
 // rmsnorm.c
 void lb_rmsnorm(lb_ctx *c, float *y, const float *x, const float *w, int64_t T, int64_t D, float eps,

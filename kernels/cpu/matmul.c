@@ -50,18 +50,22 @@ static void mm_task(void *arg, int64_t task, int tid) {
 }
 
 // mm_prep quantizes x for `act` into scratch memory and points m at the
-// effective activations, and for the NVFP4 AVX-512 kernel at a copy of them
-// in its order as well.
+// effective activations, and for the NVFP4 AVX-512 kernel and the FP8
+// AVX512_BF16 one at a copy of them in the kernel's order and type as well.
 static int mm_prep(lb_ctx *c, lb_mm *m, const float *x, int act, float input_scale) {
 	m->x = x;
 	m->xpost = NULL;
 	m->xt = NULL;
+	m->xb = NULL;
 	int xt = m->fmt == LB_W_NVFP4 && c->isa == LB_ISA_AVX512;
+	int xb = (m->fmt == LB_W_FP8_CHANNEL || m->fmt == LB_W_FP8_TENSOR || m->fmt == LB_W_FP8_BLOCK) &&
+	         lb_fp8_dp(c->isa, act);
 	if (act == LB_A_NONE && !xt) return LB_OK;
 	int64_t T = m->T, in = m->in;
-	// [T, in] activations, [T] scales, then [T, in] reordered, 64-byte aligned.
+	// [T, in] activations, [T] scales, then [T, in] reordered (NVFP4) or
+	// [T, in / 2] BF16 pairs (FP8), 64-byte aligned.
 	size_t n = (size_t)T * (size_t)in, at = (n + (size_t)T + 15) & ~(size_t)15;
-	float *buf = lb_scratch(c, (at + (xt ? n : 0)) * sizeof(float));
+	float *buf = lb_scratch(c, (at + (xt ? n : 0) + (xb ? n / 2 + 16 : 0)) * sizeof(float));
 	if (!buf) return LB_ERR_NOMEM;
 	if (act != LB_A_NONE) {
 		int has_post;
@@ -73,17 +77,21 @@ static int mm_prep(lb_ctx *c, lb_mm *m, const float *x, int act, float input_sca
 		lb_nvfp4_xt(buf + at, m->x, T, in);
 		m->xt = buf + at;
 	}
+	if (xb) {
+		lb_fp8_xb((uint32_t *)(buf + at), m->x, T, in);
+		m->xb = (const uint32_t *)(buf + at);
+	}
 	return LB_OK;
 }
 
-static lb_mm_rows mm_rows(const lb_ctx *c, int fmt) {
+static lb_mm_rows mm_rows(const lb_ctx *c, int fmt, int act) {
 	switch (fmt) {
 	case LB_W_BF16:
 		return lb_mm_bf16_rows(c->isa);
 	case LB_W_NVFP4:
 		return lb_mm_nvfp4_rows(c->isa);
 	}
-	return lb_mm_fp8_rows(c->isa);
+	return lb_mm_fp8_rows(c->isa, act);
 }
 
 // mm_rows_per_task splits m's row groups into tasks by the work rule of
@@ -103,10 +111,10 @@ static int64_t mm_rows_per_task(const lb_ctx *c, const lb_mm *m) {
 int lb_matmul(lb_ctx *c, float *y, const float *x, int64_t T, int fmt, int64_t out, int64_t in,
               const uint8_t *data, const float *scales, float global_scale, int act, float input_scale) {
 	if (T <= 0) return LB_OK;
-	lb_mm m = {T, in, out, x, NULL, data, scales, fmt, fmt == LB_W_NVFP4 ? global_scale : 1.0f, y};
+	lb_mm m = {T, in, out, x, NULL, data, scales, fmt, fmt == LB_W_NVFP4 ? global_scale : 1.0f, y, NULL, NULL};
 	int rc = mm_prep(c, &m, x, act, input_scale);
 	if (rc != LB_OK) return rc;
-	mm_job j = {mm_rows(c, fmt), &m, mm_rows_per_task(c, &m)};
+	mm_job j = {mm_rows(c, fmt, act), &m, mm_rows_per_task(c, &m)};
 	lb_pool_run(c->pool, (out + j.rows_per_task - 1) / j.rows_per_task, mm_task, &j);
 	return LB_OK;
 }
@@ -140,8 +148,8 @@ int lb_matmul3(lb_ctx *c, int n, const float *x, int64_t T, int fmt, int64_t in,
 	const uint8_t *ds[3] = {d0, d1, d2};
 	const float *ss[3] = {s0, s1, s2};
 	float gs[3] = {g0, g1, g2};
-	mm3_job j = {mm_rows(c, fmt), {{0}}, {0}, {0}};
-	lb_mm m0 = {T, in, outs[0], x, NULL, NULL, NULL, fmt, 1.0f, NULL};
+	mm3_job j = {mm_rows(c, fmt, act), {{0}}, {0}, {0}};
+	lb_mm m0 = {T, in, outs[0], x, NULL, NULL, NULL, fmt, 1.0f, NULL, NULL, NULL};
 	int rc = mm_prep(c, &m0, x, act, input_scale);
 	if (rc != LB_OK) return rc;
 	for (int i = 0; i < 3; i++) {

@@ -35,7 +35,10 @@
 // i mod L, pairwise final sum; L = 16, 8, 8 for _avx512, _avx2, _generic),
 // with block chunks summed lane-wise into fresh partials first.
 // _avx512vbmi, chosen over _avx512 where the CPU has VBMI, decodes through
-// byte tables instead (below) and is otherwise _avx512, bit for bit.
+// byte tables instead (below) and is otherwise _avx512, bit for bit; for
+// FP8 activations per token or per tensor, _avx512bf16 (where the CPU also
+// has AVX512_BF16) multiplies its BF16 words with vdpbf16ps, again bit for
+// bit.
 //
 // Tested by TestMatMul, TestDecodeAllCodes, TestBatchInvariance,
 // TestVBMIBitIdentical and kerneltest; benchmarked by BenchmarkGEMV/fp8-*,
@@ -146,7 +149,9 @@ LB_MM_ROWS(fp8_rows_generic, , fp8_tile_generic, LB_MM_T)
 
 #ifdef LB_X86
 LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
-                                         const float *const x[LB_MM_T], int64_t i, int64_t end, const int nt) {
+                                         const float *const x[LB_MM_T], const uint32_t *const xb[LB_MM_T], int64_t i,
+                                         int64_t end, const int nt) {
+	(void)xb;
 	__m512 wv[LB_MM_R];
 	for (; i + 16 <= end; i += 16) {
 		for (int r = 0; r < LB_MM_R; r++) wv[r] = lb_e4m3x16_avx512(_mm_loadu_si128((const __m128i *)(w[r] + i)));
@@ -175,7 +180,11 @@ LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uin
 		for (int r = 0; r < LB_MM_R; r++) w[r] = m->w + (o + (r < nr ? r : 0) * rs) * in;                      \
 		int64_t step = fp8_scales(m, o, nr, rs, sp);                                                           \
 		const float *x[LB_MM_T];                                                                           \
-		for (int j = 0; j < nt; j++) x[j] = m->x + (t + j) * in;                                           \
+		const uint32_t *xb[LB_MM_T];                                                                       \
+		for (int j = 0; j < nt; j++) {                                                                     \
+			x[j] = m->x + (t + j) * in;                                                                \
+			xb[j] = m->xb ? m->xb + (t + j) * (in / 64) * 32 : NULL;                                   \
+		}                                                                                                  \
 		__m512 acc[LB_MM_T][LB_MM_R];                                                                      \
 		for (int j = 0; j < nt; j++)                                                                       \
 			for (int r = 0; r < LB_MM_R; r++) acc[j][r] = _mm512_setzero_ps();                         \
@@ -184,14 +193,14 @@ LB_INLINE LB_AVX512 void fp8_span_avx512(__m512 acc[LB_MM_T][LB_MM_R], const uin
 				__m512 part[LB_MM_T][LB_MM_R];                                                     \
 				for (int j = 0; j < nt; j++)                                                       \
 					for (int r = 0; r < LB_MM_R; r++) part[j][r] = _mm512_setzero_ps();        \
-				span(part, w, x, i, i + 128 < in ? i + 128 : in, nt);                        \
+				span(part, w, x, xb, i, i + 128 < in ? i + 128 : in, nt);                    \
 				for (int r = 0; r < LB_MM_R; r++) {                                                \
 					__m512 sc = _mm512_set1_ps(sp[r][c] * 256.0f);                             \
 					for (int j = 0; j < nt; j++) acc[j][r] = _mm512_fmadd_ps(part[j][r], sc, acc[j][r]); \
 				}                                                                                  \
 			}                                                                                          \
 		} else {                                                                                           \
-			span(acc, w, x, 0, in, nt);                                                          \
+			span(acc, w, x, xb, 0, in, nt);                                                      \
 		}                                                                                                  \
 		for (int j = 0; j < nt; j++)                                                                       \
 			for (int r = 0; r < nr; r++)                                                               \
@@ -218,8 +227,8 @@ static const uint8_t e4m3_bf16_perm[64] __attribute__((aligned(64))) = {
     42, 58, 43, 59, 12, 28, 13, 29, 14, 30, 15, 31, 44, 60, 45, 61, 46, 62, 47, 63};
 
 LB_INLINE LB_AVX512VBMI void fp8_span_avx512vbmi(__m512 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
-                                                 const float *const x[LB_MM_T], int64_t i, int64_t end,
-                                                 const int nt) {
+                                                 const float *const x[LB_MM_T], const uint32_t *const xb[LB_MM_T],
+                                                 int64_t i, int64_t end, const int nt) {
 	const __m512i th0 = _mm512_load_si512(e4m3_bf16_hi), th1 = _mm512_load_si512(e4m3_bf16_hi + 64);
 	const __m512i tl0 = _mm512_load_si512(e4m3_bf16_lo), tl1 = _mm512_load_si512(e4m3_bf16_lo + 64);
 	const __m512i perm = _mm512_load_si512(e4m3_bf16_perm);
@@ -246,11 +255,83 @@ LB_INLINE LB_AVX512VBMI void fp8_span_avx512vbmi(__m512 acc[LB_MM_T][LB_MM_R], c
 					acc[j][r] = _mm512_fmadd_ps(_mm512_loadu_ps(x[j] + i + 16 * k), f[k], acc[j][r]);
 		}
 	}
-	fp8_span_avx512(acc, w, x, i, end, nt);
+	fp8_span_avx512(acc, w, x, xb, i, end, nt);
 }
 
 FP8_TILE_AVX512(fp8_tile_avx512vbmi, LB_AVX512VBMI, fp8_span_avx512vbmi)
 LB_MM_ROWS(fp8_rows_avx512vbmi, LB_AVX512VBMI, fp8_tile_avx512vbmi, LB_MM_T)
+
+// The AVX512_BF16 variant, for FP8 activations (per token or per tensor:
+// their effective values are E4M3 values, exact in BF16), decodes the codes
+// as the VBMI variant does and multiplies the BF16 words by the activations
+// as BF16 with vdpbf16ps, which adds to float32 lane d the product of the
+// dword's odd (high) words and then that of its even words, each product
+// exact (4 × 4 significant bits) and each sum rounded to nearest even, as
+// an FMA rounds. With e4m3_bf16_perm's pairs swapped, dword d of the first
+// vector holds element d in its high word and element 16 + d in its low
+// word, so lane d adds elements d, 16 + d, 32 + d, 48 + d in that order:
+// the VBMI variant's FMAs, bit for bit (no product or partial sum is a
+// float32 subnormal, which vdpbf16ps would flush: all are multiples of
+// 2^-26). Per 64 codes of a row: 6 µops of decoding and one vdpbf16ps per
+// 32 codes and token, against 10 and one FMA per 16 (the widening to float32
+// and twice the FMAs). The activations come as BF16 pairs in the matching
+// order, written once a call by lb_fp8_xb (lb_mm.xb).
+static const uint8_t e4m3_bf16_perm_dp[64] __attribute__((aligned(64))) = {
+    16, 0,  17, 1,  18, 2,  19, 3,  48, 32, 49, 33, 50, 34, 51, 35, 20, 4,  21, 5,  22, 6,
+    23, 7,  52, 36, 53, 37, 54, 38, 55, 39, 24, 8,  25, 9,  26, 10, 27, 11, 56, 40, 57, 41,
+    58, 42, 59, 43, 28, 12, 29, 13, 30, 14, 31, 15, 60, 44, 61, 45, 62, 46, 63, 47};
+
+// bf16_exact returns the BF16 word of f, exact where f is an E4M3 value; a
+// NaN stays a NaN (its payload may sit in the low half alone).
+static inline uint32_t bf16_exact(float f) {
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x40u;
+	return u >> 16;
+}
+
+void lb_fp8_xb(uint32_t *xb, const float *x, int64_t T, int64_t in) {
+	int64_t groups = in / 64;
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t g = 0; g < groups; g++) {
+			const float *v = x + t * in + 64 * g;
+			uint32_t *o = xb + (t * groups + g) * 32;
+			for (int d = 0; d < 16; d++) {
+				o[d] = bf16_exact(v[16 + d]) | bf16_exact(v[d]) << 16;
+				o[16 + d] = bf16_exact(v[48 + d]) | bf16_exact(v[32 + d]) << 16;
+			}
+		}
+}
+
+// The span reads the activations' BF16 pairs from xb (lb_mm.xb, token j's
+// row at xb[j]) for whole groups of 64 and x (float32) for the tail.
+LB_INLINE LB_AVX512VBMIBF16 void fp8_span_avx512bf16(__m512 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
+                                                     const float *const x[LB_MM_T],
+                                                     const uint32_t *const xb[LB_MM_T], int64_t i, int64_t end,
+                                                     const int nt) {
+	const __m512i th0 = _mm512_load_si512(e4m3_bf16_hi), th1 = _mm512_load_si512(e4m3_bf16_hi + 64);
+	const __m512i tl0 = _mm512_load_si512(e4m3_bf16_lo), tl1 = _mm512_load_si512(e4m3_bf16_lo + 64);
+	const __m512i perm = _mm512_load_si512(e4m3_bf16_perm_dp);
+	const __m512i sign = _mm512_set1_epi8((char)0x80);
+	for (; i + 64 <= end; i += 64) {
+		for (int r = 0; r < LB_MM_R; r++) lb_prefetch(w[r] + i + 1024);
+		for (int r = 0; r < LB_MM_R; r++) {
+			__m512i p = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(w[r] + i));
+			__m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, p, th1), p, sign, 0xF8);
+			__m512i l = _mm512_permutex2var_epi8(tl0, p, tl1);
+			__m512bh w0 = (__m512bh)_mm512_unpacklo_epi8(l, h), w1 = (__m512bh)_mm512_unpackhi_epi8(l, h);
+			for (int j = 0; j < nt; j++) {
+				const uint32_t *xv = xb[j] + i / 2;
+				acc[j][r] = _mm512_dpbf16_ps(acc[j][r], (__m512bh)_mm512_loadu_si512(xv), w0);
+				acc[j][r] = _mm512_dpbf16_ps(acc[j][r], (__m512bh)_mm512_loadu_si512(xv + 16), w1);
+			}
+		}
+	}
+	fp8_span_avx512(acc, w, x, xb, i, end, nt);
+}
+
+FP8_TILE_AVX512(fp8_tile_avx512bf16, LB_AVX512VBMIBF16, fp8_span_avx512bf16)
+LB_MM_ROWS(fp8_rows_avx512bf16, LB_AVX512VBMIBF16, fp8_tile_avx512bf16, LB_MM_T)
 
 // e4m3x8_avx2 decodes the 8 codes in the low half of b to value·2^-8.
 LB_INLINE LB_AVX2 __m256 e4m3x8_avx2(__m128i b) {
@@ -316,12 +397,18 @@ LB_INLINE LB_AVX2 void fp8_tile_avx2(const lb_mm *m, int64_t o, int nr, int64_t 
 LB_MM_ROWS(fp8_rows_avx2, LB_AVX2, fp8_tile_avx2, 2)
 #endif
 
-lb_mm_rows lb_mm_fp8_rows(int isa) {
+int lb_fp8_dp(int isa, int act) {
+	return isa == LB_ISA_AVX512 && lb_vbmi() && lb_bf16dot() && (act == LB_A_FP8_TOKEN || act == LB_A_FP8_TENSOR);
+}
+
+lb_mm_rows lb_mm_fp8_rows(int isa, int act) {
 	pthread_once(&e4m3_once, e4m3_init);
 #ifdef LB_X86
+	if (lb_fp8_dp(isa, act)) return fp8_rows_avx512bf16;
 	if (isa == LB_ISA_AVX512) return lb_vbmi() ? fp8_rows_avx512vbmi : fp8_rows_avx512;
 	if (isa == LB_ISA_AVX2) return fp8_rows_avx2;
 #endif
 	(void)isa;
+	(void)act;
 	return fp8_rows_generic;
 }

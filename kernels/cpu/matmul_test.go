@@ -434,14 +434,22 @@ func TestMatMulPanics(t *testing.T) {
 }
 
 // TestVBMIBitIdentical checks that the AVX-512 FP8 MatMul gives the same bits
-// with its VBMI variant as without: they decode to the same values and run
-// the same FMAs in the same order. Every FP8 format and activation
-// quantization, In with and without a tail of fewer than 64 columns, and T
-// across the token tile and block.
+// with its VBMI variant, and with its AVX512_BF16 one where the CPU has it
+// (FP8 activations), as without either: they decode to the same values and
+// add the same exact products in the same order. Every FP8 format and
+// activation quantization, In with and without a tail of fewer than 64
+// columns, and T across the token tile and block.
 func TestVBMIBitIdentical(t *testing.T) {
 	if !slices.Contains(ISAs(), "avx512") || !hasVBMI() {
 		t.Skip("no AVX-512 VBMI on this CPU")
 	}
+	variants := []string{"vbmi"}
+	if hasBF16Dot() {
+		variants = append(variants, "vbmi+bf16")
+	} else {
+		t.Log("no AVX512_BF16 on this CPU: the VBMI variant alone")
+	}
+	defer setBF16Dot(true)
 	rng := rand.New(rand.NewPCG(27, 28))
 	ops := newOps(t, "avx512", 2)
 	for _, f := range []kernels.WeightFormat{kernels.WeightFP8Channel, kernels.WeightFP8Tensor, kernels.WeightFP8Block} {
@@ -459,13 +467,19 @@ func TestVBMIBitIdentical(t *testing.T) {
 				w.Data[5*in+3], w.Data[6*in+in-1] = 0x7F, 0xFF // NaNs in two rows
 				for _, T := range []int{1, 3, 70} {
 					x := randn(rng, T*in, 1)
+					if T == 3 {
+						x[5] = float32(math.NaN()) // a NaN activation in token 0
+					}
 					want, got := make([]float32, T*w.Out), make([]float32, T*w.Out)
 					setVBMI(false)
 					ops.MatMul(want, x, T, w)
 					setVBMI(true)
-					ops.MatMul(got, x, T, w)
-					if i := diffBits(got, want); i >= 0 {
-						t.Errorf("%v/%v/In=%d/T=%d: output %d is %g with VBMI, %g without", f, act, in, T, i, got[i], want[i])
+					for _, v := range variants {
+						setBF16Dot(v == "vbmi+bf16")
+						ops.MatMul(got, x, T, w)
+						if i := diffBits(got, want); i >= 0 {
+							t.Errorf("%v/%v/In=%d/T=%d: output %d is %g with %s, %g without", f, act, in, T, i, got[i], v, want[i])
+						}
 					}
 				}
 			}

@@ -31,6 +31,19 @@ func setVBMI(on bool) {
 // hasVBMI reports whether the AVX-512 FP8 MatMul runs its VBMI variant.
 func hasVBMI() bool { return C.lb_vbmi() != 0 }
 
+// setBF16Dot turns the AVX512_BF16 variant of the FP8 MatMul (FP8
+// activations on a VBMI CPU) on or off.
+func setBF16Dot(on bool) {
+	v := 0
+	if on {
+		v = 1
+	}
+	C.lb_set_bf16dot(C.int(v))
+}
+
+// hasBF16Dot reports whether the FP8 MatMul can run its AVX512_BF16 variant.
+func hasBF16Dot() bool { return C.lb_bf16dot() != 0 }
+
 // kvDecode writes len(dst) elements of a BF16 (dtype 1) or E4M3 (dtype 2,
 // each value times sc) cache row src as float32 by the attention's row
 // decode of the named code path.
