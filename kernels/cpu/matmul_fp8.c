@@ -226,13 +226,36 @@ static const uint8_t e4m3_bf16_perm[64] __attribute__((aligned(64))) = {
     7,  23, 36, 52, 37, 53, 38, 54, 39, 55, 8,  24, 9,  25, 10, 26, 11, 27, 40, 56, 41, 57,
     42, 58, 43, 59, 12, 28, 13, 29, 14, 30, 15, 31, 44, 60, 45, 61, 46, 62, 47, 63};
 
+// The byte tables of the BF16 decoding, in registers.
+typedef struct {
+	__m512i hi0, hi1, lo0, lo1, sign;
+} e4m3_bf16_tables;
+
+LB_INLINE LB_AVX512VBMI e4m3_bf16_tables e4m3_bf16_load(void) {
+	e4m3_bf16_tables t = {_mm512_load_si512(e4m3_bf16_hi), _mm512_load_si512(e4m3_bf16_hi + 64),
+	                      _mm512_load_si512(e4m3_bf16_lo), _mm512_load_si512(e4m3_bf16_lo + 64),
+	                      _mm512_set1_epi8((char)0x80)};
+	return t;
+}
+
+// e4m3_bf16_words decodes the 64 codes at p, permuted by perm, into the
+// BF16 words of value·2^-8: w0 from bytes 0-7 of each 16-byte lane of the
+// permuted codes, w1 from bytes 8-15.
+LB_INLINE LB_AVX512VBMI void e4m3_bf16_words(const e4m3_bf16_tables *t, __m512i perm, const uint8_t *p, __m512i *w0,
+                                             __m512i *w1) {
+	__m512i c = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(p));
+	// h | (c & sign): imm 0xF8.
+	__m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t->hi0, c, t->hi1), c, t->sign, 0xF8);
+	__m512i l = _mm512_permutex2var_epi8(t->lo0, c, t->lo1);
+	*w0 = _mm512_unpacklo_epi8(l, h);
+	*w1 = _mm512_unpackhi_epi8(l, h);
+}
+
 LB_INLINE LB_AVX512VBMI void fp8_span_avx512vbmi(__m512 acc[LB_MM_T][LB_MM_R], const uint8_t *const w[LB_MM_R],
                                                  const float *const x[LB_MM_T], const uint32_t *const xb[LB_MM_T],
                                                  int64_t i, int64_t end, const int nt) {
-	const __m512i th0 = _mm512_load_si512(e4m3_bf16_hi), th1 = _mm512_load_si512(e4m3_bf16_hi + 64);
-	const __m512i tl0 = _mm512_load_si512(e4m3_bf16_lo), tl1 = _mm512_load_si512(e4m3_bf16_lo + 64);
-	const __m512i perm = _mm512_load_si512(e4m3_bf16_perm);
-	const __m512i sign = _mm512_set1_epi8((char)0x80), high = _mm512_set1_epi32((int)0xFFFF0000u);
+	const e4m3_bf16_tables tab = e4m3_bf16_load();
+	const __m512i perm = _mm512_load_si512(e4m3_bf16_perm), high = _mm512_set1_epi32((int)0xFFFF0000u);
 	for (; i + 64 <= end; i += 64) {
 		// These rows' codes 1 KiB ahead into L1; the hardware prefetchers
 		// bring them from memory. On the Zen 5 VM of 2026-12-03 (C calls
@@ -241,11 +264,8 @@ LB_INLINE LB_AVX512VBMI void fp8_span_avx512vbmi(__m512 acc[LB_MM_T][LB_MM_R], c
 		// 0.64-0.68 when the tile LB_MM_R rows on was also asked into L2.
 		for (int r = 0; r < LB_MM_R; r++) lb_prefetch(w[r] + i + 1024);
 		for (int r = 0; r < LB_MM_R; r++) {
-			__m512i p = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(w[r] + i));
-			// h | (p & sign): imm 0xF8.
-			__m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, p, th1), p, sign, 0xF8);
-			__m512i l = _mm512_permutex2var_epi8(tl0, p, tl1);
-			__m512i w0 = _mm512_unpacklo_epi8(l, h), w1 = _mm512_unpackhi_epi8(l, h);
+			__m512i w0, w1;
+			e4m3_bf16_words(&tab, perm, w[r] + i, &w0, &w1);
 			__m512 f[4] = {_mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)),
 			               _mm512_castsi512_ps(_mm512_and_si512(w0, high)),
 			               _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)),
@@ -309,21 +329,17 @@ LB_INLINE LB_AVX512VBMIBF16 void fp8_span_avx512bf16(__m512 acc[LB_MM_T][LB_MM_R
                                                      const float *const x[LB_MM_T],
                                                      const uint32_t *const xb[LB_MM_T], int64_t i, int64_t end,
                                                      const int nt) {
-	const __m512i th0 = _mm512_load_si512(e4m3_bf16_hi), th1 = _mm512_load_si512(e4m3_bf16_hi + 64);
-	const __m512i tl0 = _mm512_load_si512(e4m3_bf16_lo), tl1 = _mm512_load_si512(e4m3_bf16_lo + 64);
+	const e4m3_bf16_tables tab = e4m3_bf16_load();
 	const __m512i perm = _mm512_load_si512(e4m3_bf16_perm_dp);
-	const __m512i sign = _mm512_set1_epi8((char)0x80);
 	for (; i + 64 <= end; i += 64) {
 		for (int r = 0; r < LB_MM_R; r++) lb_prefetch(w[r] + i + 1024);
 		for (int r = 0; r < LB_MM_R; r++) {
-			__m512i p = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(w[r] + i));
-			__m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, p, th1), p, sign, 0xF8);
-			__m512i l = _mm512_permutex2var_epi8(tl0, p, tl1);
-			__m512bh w0 = (__m512bh)_mm512_unpacklo_epi8(l, h), w1 = (__m512bh)_mm512_unpackhi_epi8(l, h);
+			__m512i w0, w1;
+			e4m3_bf16_words(&tab, perm, w[r] + i, &w0, &w1);
 			for (int j = 0; j < nt; j++) {
 				const uint32_t *xv = xb[j] + i / 2;
-				acc[j][r] = _mm512_dpbf16_ps(acc[j][r], (__m512bh)_mm512_loadu_si512(xv), w0);
-				acc[j][r] = _mm512_dpbf16_ps(acc[j][r], (__m512bh)_mm512_loadu_si512(xv + 16), w1);
+				acc[j][r] = _mm512_dpbf16_ps(acc[j][r], (__m512bh)_mm512_loadu_si512(xv), (__m512bh)w0);
+				acc[j][r] = _mm512_dpbf16_ps(acc[j][r], (__m512bh)_mm512_loadu_si512(xv + 16), (__m512bh)w1);
 			}
 		}
 	}
